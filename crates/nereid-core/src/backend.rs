@@ -1,0 +1,96 @@
+//! The two levels a backend implements: [`Backend`] (one per runtime:
+//! inspects model files, creates instances) and [`ModelInstance`] (one per
+//! configured instance, driven synchronously by its own OS thread).
+
+use std::path::PathBuf;
+
+use crate::model_config::ModelConfig;
+use crate::{DataType, Shape, Tensor};
+
+/// Why a backend could not load or run a model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The runtime library itself is missing or unusable.
+    #[error("{0}")]
+    Runtime(String),
+    /// The model file could not be read or compiled.
+    #[error("{0}")]
+    Load(String),
+    /// The model or config asks for something this backend does not do.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Running a batch failed.
+    #[error("{0}")]
+    Execute(String),
+}
+
+/// One input or output the model file declares. `dims` include the batch
+/// dimension when the model has one; `-1` means dynamic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IoSpec {
+    pub name: String,
+    pub datatype: DataType,
+    pub dims: Shape,
+}
+
+/// What a model file says about its inputs and outputs (for autofill).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelIo {
+    pub inputs: Vec<IoSpec>,
+    pub outputs: Vec<IoSpec>,
+}
+
+/// Where an instance runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Gpu(u32),
+}
+
+/// Everything a backend needs to create one instance of a model version.
+#[derive(Debug, Clone)]
+pub struct ModelSource {
+    pub model_name: String,
+    pub version: i64,
+    /// The file (or folder) of this version that the backend loads.
+    pub model_path: PathBuf,
+    /// The complete (validated, filled) config.
+    pub config: ModelConfig,
+    pub device: Device,
+    /// Index of this instance among the model's instances, for logs.
+    pub instance_index: usize,
+}
+
+/// A batch handed to an instance: one contiguous tensor per input, whose
+/// first dimension is the batch when the model batches.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub inputs: Vec<Tensor>,
+    /// Names of the outputs to compute.
+    pub outputs: Vec<String>,
+}
+
+/// A runtime (ONNX Runtime, libtorch, TensorRT) that can host models.
+pub trait Backend: Send + Sync {
+    /// Triton's backend name ("onnxruntime").
+    fn name(&self) -> &'static str;
+
+    /// Triton's platform name for this backend's models ("onnxruntime_onnx").
+    fn platform(&self) -> &'static str;
+
+    /// The file a version folder holds when the config names none.
+    fn default_model_filename(&self) -> &'static str;
+
+    /// Reads the model's declared inputs and outputs.
+    fn inspect(&self, model_path: &std::path::Path) -> Result<ModelIo, BackendError>;
+
+    /// Creates one instance, ready to execute.
+    fn load(&self, source: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError>;
+}
+
+/// One loaded copy of a model. Only ever used from one thread at a time.
+pub trait ModelInstance: Send {
+    /// Runs one batch and returns the requested outputs, batch dimension
+    /// first when the model batches.
+    fn execute(&mut self, batch: &Batch) -> Result<Vec<Tensor>, BackendError>;
+}

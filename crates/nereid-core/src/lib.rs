@@ -1,0 +1,20 @@
+//! The vocabulary every other Nereid crate speaks: data types, shapes,
+//! tensors, inference requests and responses, the protocol-neutral error
+//! kind, Triton's `ModelConfig` (generated from `proto/model_config.proto`)
+//! and the traits a backend implements.
+//!
+//! This crate must not depend on any other Nereid crate, on a wire format
+//! (HTTP, gRPC, JSON) or on a runtime (tokio, ONNX Runtime, libtorch).
+
+pub mod backend;
+pub mod datatype;
+pub mod error;
+pub mod model_config;
+pub mod request;
+pub mod tensor;
+
+pub use backend::{Backend, BackendError, Batch, Device, IoSpec, ModelInstance, ModelIo, ModelSource};
+pub use datatype::DataType;
+pub use error::{Error, ErrorKind};
+pub use request::{InferRequest, InferResponse, InputTensor, Parameter, Parameters, RequestedOutput};
+pub use tensor::{Shape, Tensor};

@@ -1,0 +1,41 @@
+//! Model metadata (KServe v2 `ModelMetadataResponse`) derived from a config.
+
+use nereid_core::model_config::{DataType as ConfigDataType, ModelConfig};
+use nereid_core::DataType;
+
+/// Name, datatype and shape of one input or output. The shape starts with
+/// `-1` for the batch dimension when the model batches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorMetadata {
+    pub name: String,
+    pub datatype: String,
+    pub shape: Vec<i64>,
+}
+
+/// What `GET /v2/models/{name}` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelMetadata {
+    pub name: String,
+    pub versions: Vec<String>,
+    pub platform: String,
+    pub inputs: Vec<TensorMetadata>,
+    pub outputs: Vec<TensorMetadata>,
+}
+
+impl ModelMetadata {
+    pub fn new(config: &ModelConfig, ready_versions: &[i64]) -> ModelMetadata {
+        let batching = config.max_batch_size > 0;
+        let tensor = |name: &str, dt: ConfigDataType, dims: &[i64]| TensorMetadata {
+            name: name.to_string(),
+            datatype: DataType::from_config(dt).map_or("INVALID", DataType::wire_name).to_string(),
+            shape: batching.then_some(-1).into_iter().chain(dims.iter().copied()).collect(),
+        };
+        ModelMetadata {
+            name: config.name.clone(),
+            versions: ready_versions.iter().map(i64::to_string).collect(),
+            platform: config.platform.clone(),
+            inputs: config.input.iter().map(|i| tensor(&i.name, i.data_type(), &i.dims)).collect(),
+            outputs: config.output.iter().map(|o| tensor(&o.name, o.data_type(), &o.dims)).collect(),
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! A loaded model version: its config, its instance workers behind a
+//! scheduler, its statistics. Dropping the last handle closes the queue; the
+//! workers finish what was queued, then drop their instances.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use nereid_core::model_config::model_instance_group::Kind;
+use nereid_core::model_config::ModelConfig;
+use nereid_core::{Backend, Device, Error, InferRequest, InferResponse, ModelSource};
+use tokio::sync::oneshot;
+
+use crate::scheduler::{DirectScheduler, Scheduler};
+use crate::stats::ModelStats;
+use crate::validate::validate;
+use crate::worker::{start_workers, Job, WorkerContext};
+
+/// Requests each instance may have queued before new ones are refused.
+const QUEUE_PER_INSTANCE: usize = 1024;
+
+/// One ready version of a model.
+#[derive(Debug)]
+pub struct LoadedVersion {
+    pub version: i64,
+    pub config: Arc<ModelConfig>,
+    pub stats: Arc<ModelStats>,
+    scheduler: Box<dyn Scheduler>,
+}
+
+impl LoadedVersion {
+    /// Starts every configured instance of `version`; blocks until all are
+    /// loaded or one fails.
+    pub fn load(
+        backend: &Arc<dyn Backend>,
+        config: Arc<ModelConfig>,
+        version: i64,
+        model_path: std::path::PathBuf,
+    ) -> Result<LoadedVersion, Error> {
+        let sources = instance_sources(&config, version, &model_path)?;
+        let (queue_tx, queue_rx) = crossbeam_channel::bounded(QUEUE_PER_INSTANCE * sources.len());
+        let stats = Arc::new(ModelStats::default());
+        let ctx = Arc::new(WorkerContext {
+            model_name: config.name.clone(),
+            version,
+            batching: config.max_batch_size > 0,
+            stats: Arc::clone(&stats),
+        });
+        start_workers(backend, sources, ctx, &queue_rx)?;
+        let scheduler = Box::new(DirectScheduler::new(config.name.clone(), queue_tx));
+        Ok(LoadedVersion { version, config, stats, scheduler })
+    }
+
+    /// Validates `request`, queues it and waits for its answer. Dropping the
+    /// returned future abandons the request: a worker skips it.
+    pub async fn infer(&self, request: InferRequest) -> Result<InferResponse, Error> {
+        let enqueued = Instant::now();
+        let request = match validate(&self.config, request) {
+            Ok(r) => r,
+            Err(e) => {
+                self.stats.record_failure(enqueued.elapsed());
+                return Err(e);
+            }
+        };
+        let (reply, answer) = oneshot::channel();
+        self.scheduler.submit(Job { request, reply, enqueued }).inspect_err(|_| {
+            self.stats.record_failure(enqueued.elapsed());
+        })?;
+        answer
+            .await
+            .map_err(|_| Error::internal(format!("model '{}' dropped the request", self.config.name)))?
+    }
+}
+
+/// One `ModelSource` per instance the config's instance groups ask for.
+fn instance_sources(config: &ModelConfig, version: i64, model_path: &std::path::Path) -> Result<Vec<ModelSource>, Error> {
+    let mut devices = Vec::new();
+    for group in &config.instance_group {
+        let count = usize::try_from(group.count.max(1)).unwrap_or(1);
+        match group.kind() {
+            Kind::Gpu => {
+                if group.gpus.is_empty() {
+                    return Err(Error::invalid_argument(format!(
+                        "instance group '{}' of model '{}' asks for KIND_GPU but no GPU is available",
+                        group.name, config.name
+                    )));
+                }
+                for &gpu in &group.gpus {
+                    let gpu = u32::try_from(gpu).unwrap_or(0);
+                    devices.extend(std::iter::repeat_n(Device::Gpu(gpu), count));
+                }
+            }
+            Kind::Cpu | Kind::Auto | Kind::Model => devices.extend(std::iter::repeat_n(Device::Cpu, count)),
+        }
+    }
+    if devices.is_empty() {
+        devices.push(Device::Cpu);
+    }
+    Ok(devices
+        .into_iter()
+        .enumerate()
+        .map(|(instance_index, device)| ModelSource {
+            model_name: config.name.clone(),
+            version,
+            model_path: model_path.to_path_buf(),
+            config: config.clone(),
+            device,
+            instance_index,
+        })
+        .collect())
+}

@@ -1,0 +1,45 @@
+//! The seam between the engine and the queues in front of a model's
+//! instances. The default scheduler hands each request to the next idle
+//! instance on its own; the dynamic batcher (crate `nereid-scheduler`, to
+//! come) forms batches of several requests and sends them the same way.
+
+use crossbeam_channel::{Sender, TrySendError};
+use nereid_core::Error;
+
+use crate::worker::Job;
+
+/// Accepts jobs for one model version and passes them to its instances.
+pub trait Scheduler: Send + Sync + std::fmt::Debug {
+    /// Queues a job or refuses it at once (`Unavailable` when full); never
+    /// blocks.
+    fn submit(&self, job: Job) -> Result<(), Error>;
+}
+
+/// One request per execution, to whichever instance is idle first: every
+/// instance pulls from the same bounded queue.
+#[derive(Debug)]
+pub struct DirectScheduler {
+    model: String,
+    queue: Sender<Vec<Job>>,
+}
+
+impl DirectScheduler {
+    pub fn new(model: String, queue: Sender<Vec<Job>>) -> Self {
+        DirectScheduler { model, queue }
+    }
+}
+
+impl Scheduler for DirectScheduler {
+    fn submit(&self, job: Job) -> Result<(), Error> {
+        match self.queue.try_send(vec![job]) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(Error::unavailable(format!(
+                "inference request for model '{}' rejected: the queue is full",
+                self.model
+            ))),
+            Err(TrySendError::Disconnected(_)) => {
+                Err(Error::unavailable(format!("model '{}' is unloading", self.model)))
+            }
+        }
+    }
+}

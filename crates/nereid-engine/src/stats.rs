@@ -1,0 +1,193 @@
+//! Per model-version statistics with Triton's meanings: counts and
+//! cumulative nanoseconds for success, failure, queue, compute input,
+//! compute infer and compute output, plus per-batch-size execution stats.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+
+/// A count and a cumulative duration.
+#[derive(Debug, Default)]
+pub struct DurationStat {
+    count: AtomicU64,
+    ns: AtomicU64,
+}
+
+impl DurationStat {
+    pub fn record(&self, d: Duration) {
+        self.record_n(1, d);
+    }
+
+    fn record_n(&self, n: u64, d: Duration) {
+        self.count.fetch_add(n, Ordering::Relaxed);
+        self.ns.fetch_add(saturating_ns(d), Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> DurationSnapshot {
+        DurationSnapshot {
+            count: self.count.load(Ordering::Relaxed),
+            ns: self.ns.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn saturating_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A point-in-time copy of a [`DurationStat`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DurationSnapshot {
+    pub count: u64,
+    pub ns: u64,
+}
+
+/// The three compute phases of one execution.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ComputeTimes {
+    pub input: Duration,
+    pub infer: Duration,
+    pub output: Duration,
+}
+
+#[derive(Debug, Default)]
+struct BatchStat {
+    compute_input: DurationSnapshot,
+    compute_infer: DurationSnapshot,
+    compute_output: DurationSnapshot,
+}
+
+/// Live statistics of one model version.
+#[derive(Debug, Default)]
+pub struct ModelStats {
+    success: DurationStat,
+    fail: DurationStat,
+    queue: DurationStat,
+    compute_input: DurationStat,
+    compute_infer: DurationStat,
+    compute_output: DurationStat,
+    inference_count: AtomicU64,
+    execution_count: AtomicU64,
+    last_inference_ms: AtomicU64,
+    cancelled: AtomicU64,
+    batches: Mutex<BTreeMap<u64, BatchStat>>,
+}
+
+impl ModelStats {
+    /// One request answered successfully after `total` end to end, having
+    /// waited `queue` and spent `compute` in its batch.
+    pub fn record_success(&self, total: Duration, queue: Duration, compute: ComputeTimes) {
+        self.success.record(total);
+        self.queue.record(queue);
+        self.compute_input.record(compute.input);
+        self.compute_infer.record(compute.infer);
+        self.compute_output.record(compute.output);
+        self.touch();
+    }
+
+    /// One request that failed after passing validation.
+    pub fn record_failure(&self, total: Duration) {
+        self.fail.record(total);
+        self.touch();
+    }
+
+    /// A request dropped before it ran because its client went away.
+    pub fn record_cancelled(&self) {
+        self.cancelled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One execution of a batch of `batch_size` inferences.
+    pub fn record_execution(&self, batch_size: u64, compute: ComputeTimes) {
+        self.execution_count.fetch_add(1, Ordering::Relaxed);
+        self.inference_count.fetch_add(batch_size, Ordering::Relaxed);
+        let mut batches = self.batches.lock();
+        let entry = batches.entry(batch_size).or_default();
+        add(&mut entry.compute_input, compute.input);
+        add(&mut entry.compute_infer, compute.infer);
+        add(&mut entry.compute_output, compute.output);
+    }
+
+    fn touch(&self) {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
+        self.last_inference_ms.store(ms, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let batches = self.batches.lock();
+        StatsSnapshot {
+            success: self.success.snapshot(),
+            fail: self.fail.snapshot(),
+            queue: self.queue.snapshot(),
+            compute_input: self.compute_input.snapshot(),
+            compute_infer: self.compute_infer.snapshot(),
+            compute_output: self.compute_output.snapshot(),
+            inference_count: self.inference_count.load(Ordering::Relaxed),
+            execution_count: self.execution_count.load(Ordering::Relaxed),
+            last_inference_ms: self.last_inference_ms.load(Ordering::Relaxed),
+            cancelled: self.cancelled.load(Ordering::Relaxed),
+            batches: batches
+                .iter()
+                .map(|(&batch_size, b)| BatchSnapshot {
+                    batch_size,
+                    compute_input: b.compute_input,
+                    compute_infer: b.compute_infer,
+                    compute_output: b.compute_output,
+                })
+                .collect(),
+        }
+    }
+}
+
+fn add(s: &mut DurationSnapshot, d: Duration) {
+    s.count += 1;
+    s.ns = s.ns.saturating_add(saturating_ns(d));
+}
+
+/// Executions of one batch size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchSnapshot {
+    pub batch_size: u64,
+    pub compute_input: DurationSnapshot,
+    pub compute_infer: DurationSnapshot,
+    pub compute_output: DurationSnapshot,
+}
+
+/// A point-in-time copy of [`ModelStats`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub success: DurationSnapshot,
+    pub fail: DurationSnapshot,
+    pub queue: DurationSnapshot,
+    pub compute_input: DurationSnapshot,
+    pub compute_infer: DurationSnapshot,
+    pub compute_output: DurationSnapshot,
+    pub inference_count: u64,
+    pub execution_count: u64,
+    /// Milliseconds since the epoch of the last request; 0 if none.
+    pub last_inference_ms: u64,
+    pub cancelled: u64,
+    pub batches: Vec<BatchSnapshot>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn executions_count_inferences_per_batch() {
+        let stats = ModelStats::default();
+        let t = ComputeTimes { input: Duration::from_micros(1), ..Default::default() };
+        stats.record_execution(4, t);
+        stats.record_execution(1, t);
+        stats.record_execution(4, t);
+        let s = stats.snapshot();
+        assert_eq!(s.execution_count, 3);
+        assert_eq!(s.inference_count, 9);
+        assert_eq!(s.batches.len(), 2);
+        assert_eq!(s.batches[1].batch_size, 4);
+        assert_eq!(s.batches[1].compute_input, DurationSnapshot { count: 2, ns: 2000 });
+    }
+}

@@ -1,0 +1,146 @@
+//! Instance workers: one OS thread per model instance, so compute never
+//! stalls the async reactor. Each thread loads its instance, reports the
+//! outcome, then runs the batches the scheduler hands it until the queue's
+//! last sender is gone.
+
+use std::sync::Arc;
+use std::thread;
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+use nereid_core::{Backend, Error, InferResponse, ModelInstance, ModelSource, Parameters};
+use tokio::sync::oneshot;
+
+use crate::batch::{gather, scatter};
+use crate::stats::{ComputeTimes, ModelStats};
+use crate::validate::ValidatedRequest;
+
+/// A validated request waiting for an instance, with where its answer goes.
+#[derive(Debug)]
+pub struct Job {
+    pub request: ValidatedRequest,
+    pub reply: oneshot::Sender<Result<InferResponse, Error>>,
+    pub enqueued: Instant,
+}
+
+impl Job {
+    /// Whether the client stopped waiting (connection closed, RPC cancelled).
+    pub fn is_abandoned(&self) -> bool {
+        self.reply.is_closed()
+    }
+}
+
+/// What every worker of one model version shares.
+#[derive(Debug)]
+pub struct WorkerContext {
+    pub model_name: String,
+    pub version: i64,
+    pub batching: bool,
+    pub stats: Arc<ModelStats>,
+}
+
+/// Starts one worker thread per source; returns once every instance has
+/// loaded, or the first load error (the started threads then exit).
+pub fn start_workers(
+    backend: &Arc<dyn Backend>,
+    sources: Vec<ModelSource>,
+    ctx: Arc<WorkerContext>,
+    batches: &Receiver<Vec<Job>>,
+) -> Result<(), Error> {
+    let (loaded_tx, loaded_rx) = crossbeam_channel::bounded(sources.len());
+    let count = sources.len();
+    for source in sources {
+        let name = format!("{}-{}-{}", source.model_name, source.version, source.instance_index);
+        let backend = Arc::clone(backend);
+        let ctx = Arc::clone(&ctx);
+        let batches = batches.clone();
+        let loaded_tx = loaded_tx.clone();
+        thread::Builder::new()
+            .name(name)
+            .spawn(move || run_worker(backend.as_ref(), &source, &ctx, &batches, &loaded_tx))
+            .map_err(|e| Error::internal(format!("cannot start an instance thread: {e}")))?;
+    }
+    drop(loaded_tx);
+    for _ in 0..count {
+        match loaded_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(Error::internal("an instance thread exited while loading")),
+        }
+    }
+    Ok(())
+}
+
+fn run_worker(
+    backend: &dyn Backend,
+    source: &ModelSource,
+    ctx: &WorkerContext,
+    batches: &Receiver<Vec<Job>>,
+    loaded: &Sender<Result<(), Error>>,
+) {
+    let mut instance = match backend.load(source) {
+        Ok(instance) => instance,
+        Err(e) => {
+            let _ = loaded.send(Err(Error::internal(format!(
+                "failed to load '{}' version {}: {e}",
+                source.model_name, source.version
+            ))));
+            return;
+        }
+    };
+    if loaded.send(Ok(())).is_err() {
+        return;
+    }
+    tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance ready");
+    while let Ok(jobs) = batches.recv() {
+        run_batch(instance.as_mut(), ctx, jobs);
+    }
+    tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance stopped");
+}
+
+fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, jobs: Vec<Job>) {
+    let (jobs, abandoned): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| !j.is_abandoned());
+    for _ in &abandoned {
+        ctx.stats.record_cancelled();
+    }
+    if jobs.is_empty() {
+        return;
+    }
+    let started = Instant::now();
+    let requests: Vec<&ValidatedRequest> = jobs.iter().map(|j| &j.request).collect();
+    let batch = gather(&requests, ctx.batching);
+    let gathered = Instant::now();
+    let result = instance.execute(&batch).map_err(|e| Error::internal(e.to_string()));
+    drop(batch);
+    let executed = Instant::now();
+    let outputs = result.and_then(|outputs| scatter(&requests, outputs));
+    let times = ComputeTimes {
+        input: gathered - started,
+        infer: executed - gathered,
+        output: executed.elapsed(),
+    };
+    match outputs {
+        Ok(per_request) => {
+            let inferences = jobs.iter().map(|j| j.request.batch_size).sum();
+            ctx.stats.record_execution(inferences, times);
+            for (job, outputs) in jobs.into_iter().zip(per_request) {
+                ctx.stats.record_success(job.enqueued.elapsed(), started - job.enqueued, times);
+                let response = InferResponse {
+                    model_name: ctx.model_name.clone(),
+                    model_version: ctx.version,
+                    id: job.request.request.id.clone(),
+                    outputs,
+                    parameters: Parameters::new(),
+                };
+                let _ = job.reply.send(Ok(response));
+            }
+        }
+        Err(e) => {
+            tracing::warn!(model = %ctx.model_name, version = ctx.version, error = %e, "execution failed");
+            for job in jobs {
+                ctx.stats.record_failure(job.enqueued.elapsed());
+                let _ = job.reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
