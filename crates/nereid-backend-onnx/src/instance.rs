@@ -1,0 +1,162 @@
+//! One loaded ONNX Runtime session, driven by its instance thread.
+
+use std::borrow::Cow;
+
+use nereid_core::{BackendError, Batch, DataType, ModelInstance, Tensor};
+use ort::session::{OutputSelector, RunOptions, Session, SessionInputValue};
+
+use crate::convert;
+
+/// A model input as the session declares it.
+#[derive(Debug, Clone)]
+struct InputSpec {
+    name: String,
+    datatype: DataType,
+}
+
+/// An instance of an ONNX model: its session and what it takes and gives.
+#[derive(Debug)]
+pub struct OnnxInstance {
+    /// "model 'm' version 1 instance 0", to prefix error messages.
+    label: String,
+    session: Session,
+    inputs: Vec<InputSpec>,
+    outputs: Vec<String>,
+    /// Run config entries from the model's parameters, set on every run.
+    run_config: Vec<(String, String)>,
+}
+
+impl OnnxInstance {
+    pub(crate) fn new(
+        label: String,
+        session: Session,
+        run_config: Vec<(String, String)>,
+    ) -> Result<Self, BackendError> {
+        let inputs = session
+            .inputs()
+            .iter()
+            .map(|outlet| {
+                let datatype = convert::tensor_type(outlet.dtype())
+                    .and_then(|(ty, _)| convert::datatype_of(ty))
+                    .ok_or_else(|| {
+                        BackendError::Unsupported(format!(
+                            "{label}: input '{}' has type {:?}, which Triton cannot express",
+                            outlet.name(),
+                            outlet.dtype()
+                        ))
+                    })?;
+                Ok(InputSpec {
+                    name: outlet.name().to_string(),
+                    datatype,
+                })
+            })
+            .collect::<Result<_, BackendError>>()?;
+        let outputs = session
+            .outputs()
+            .iter()
+            .map(|o| o.name().to_string())
+            .collect();
+        Ok(OnnxInstance {
+            label,
+            session,
+            inputs,
+            outputs,
+            run_config,
+        })
+    }
+
+    fn execute_error(&self, message: impl std::fmt::Display) -> BackendError {
+        BackendError::Execute(format!("{}: {message}", self.label))
+    }
+
+    /// Checks each input against the session and wraps it for ONNX Runtime.
+    fn input_values<'b>(
+        &self,
+        batch: &'b Batch,
+    ) -> Result<Vec<(Cow<'b, str>, SessionInputValue<'b>)>, BackendError> {
+        for spec in &self.inputs {
+            if !batch.inputs.iter().any(|t| t.name == spec.name) {
+                return Err(self.execute_error(format_args!("input '{}' is missing", spec.name)));
+            }
+        }
+        batch
+            .inputs
+            .iter()
+            .map(|tensor| {
+                let spec = self
+                    .inputs
+                    .iter()
+                    .find(|s| s.name == tensor.name)
+                    .ok_or_else(|| {
+                        self.execute_error(format_args!("model has no input '{}'", tensor.name))
+                    })?;
+                if spec.datatype != tensor.datatype {
+                    return Err(self.execute_error(format_args!(
+                        "input '{}' is {}, model expects {}",
+                        tensor.name, tensor.datatype, spec.datatype
+                    )));
+                }
+                convert::check_size(tensor).map_err(|e| self.execute_error(e))?;
+                let value = convert::input_value(tensor).map_err(|e| {
+                    self.execute_error(format_args!("input '{}': {e}", tensor.name))
+                })?;
+                Ok((Cow::Borrowed(tensor.name.as_str()), value))
+            })
+            .collect()
+    }
+}
+
+/// The outputs to compute: those `batch` names (once each), or all of the
+/// model's when it names none.
+fn output_names<'a>(
+    outputs: &'a [String],
+    batch: &Batch,
+    label: &str,
+) -> Result<Vec<&'a str>, BackendError> {
+    if batch.outputs.is_empty() {
+        return Ok(outputs.iter().map(String::as_str).collect());
+    }
+    let mut names: Vec<&str> = Vec::with_capacity(batch.outputs.len());
+    for name in &batch.outputs {
+        let known = outputs.iter().find(|o| *o == name).ok_or_else(|| {
+            BackendError::Execute(format!("{label}: model has no output '{name}'"))
+        })?;
+        if !names.contains(&known.as_str()) {
+            names.push(known);
+        }
+    }
+    Ok(names)
+}
+
+impl ModelInstance for OnnxInstance {
+    fn execute(&mut self, batch: &Batch) -> Result<Vec<Tensor>, BackendError> {
+        let inputs = self.input_values(batch)?;
+        let names = output_names(&self.outputs, batch, &self.label)?;
+        let selector = names
+            .iter()
+            .fold(OutputSelector::no_default(), |s, name| s.with(*name));
+        let mut run_options = RunOptions::new()
+            .map_err(|e| self.execute_error(e))?
+            .with_outputs(selector);
+        for (key, value) in &self.run_config {
+            run_options
+                .set(key, value)
+                .map_err(|e| self.execute_error(format_args!("run option '{key}': {e}")))?;
+        }
+        let label = &self.label;
+        let mut results = self
+            .session
+            .run_with_options(inputs, &run_options)
+            .map_err(|e| BackendError::Execute(format!("{label}: {e}")))?;
+        names
+            .iter()
+            .map(|name| {
+                let value = results.remove(*name).ok_or_else(|| {
+                    BackendError::Execute(format!("{label}: no value for output '{name}'"))
+                })?;
+                convert::output_tensor(name, &value)
+                    .map_err(|e| BackendError::Execute(format!("{label}: {e}")))
+            })
+            .collect()
+    }
+}

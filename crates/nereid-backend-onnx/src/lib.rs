@@ -1,0 +1,31 @@
+//! Nereid's ONNX Runtime backend: Triton's `onnxruntime` backend (platform
+//! `onnxruntime_onnx`) implemented on the `ort` crate, with ONNX Runtime
+//! loaded at run time from the shared library `ORT_DYLIB_PATH` names (the
+//! one in the `onnxruntime` wheel), so building needs no native library.
+//!
+//! [`OnnxBackend`] reads a model's inputs and outputs for autofill and
+//! creates one CPU session per instance, honouring Triton's ONNX Runtime
+//! parameters (`intra_op_thread_count`, `inter_op_thread_count`,
+//! `execution_mode`, `enable_mem_arena`, `enable_mem_pattern`, the graph
+//! optimisation level). [`OnnxInstance`] runs batches of raw little-endian
+//! tensors; `BYTES` elements go through byte-exact, NUL and 0xFF included.
+//!
+//! This crate depends on `nereid-core` only: it knows nothing of the wire
+//! protocols, the scheduler or the engine.
+
+#[cfg(target_endian = "big")]
+compile_error!("tensor data is little-endian on the wire and is handed to ONNX Runtime as is");
+
+mod backend;
+mod convert;
+mod instance;
+mod runtime;
+mod settings;
+mod strings;
+
+pub use backend::OnnxBackend;
+pub use instance::OnnxInstance;
+pub use runtime::ORT_DYLIB_PATH;
+
+#[cfg(test)]
+mod tests;

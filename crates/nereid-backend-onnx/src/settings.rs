@@ -1,0 +1,242 @@
+//! Session options from a model's config, with the keys and meanings of
+//! Triton's ONNX Runtime backend: `parameters { key: "intra_op_thread_count"
+//! value: { string_value: "2" } }` and `optimization { graph { level: 1 } }`.
+//! Unknown parameters are ignored, as Triton ignores them; a known one with
+//! a bad value fails the load, as in Triton.
+
+use nereid_core::BackendError;
+use nereid_core::model_config::ModelConfig;
+use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
+
+/// What a config asks of an ONNX Runtime session. `None` leaves ONNX
+/// Runtime's default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SessionSettings {
+    pub(crate) intra_op_threads: Option<usize>,
+    pub(crate) inter_op_threads: Option<usize>,
+    pub(crate) parallel_execution: bool,
+    pub(crate) optimization: GraphOptimizationLevel,
+    pub(crate) mem_arena: Option<bool>,
+    pub(crate) mem_pattern: Option<bool>,
+    /// Session config entries passed through verbatim.
+    pub(crate) config_entries: Vec<(String, String)>,
+    /// Run config entries, set on every run's options.
+    pub(crate) run_config_entries: Vec<(String, String)>,
+}
+
+/// Session config keys Triton passes straight to ONNX Runtime.
+const SESSION_KEYS: [&str; 1] = ["session.use_device_allocator_for_initializers"];
+
+/// Run config keys Triton passes straight to ONNX Runtime.
+const RUN_KEYS: [&str; 1] = ["memory.enable_memory_arena_shrinkage"];
+
+impl SessionSettings {
+    /// Reads the settings from `config`, naming the model in errors.
+    pub(crate) fn from_config(config: &ModelConfig) -> Result<Self, BackendError> {
+        let param = |key: &str| config.parameters.get(key).map(|p| p.string_value.trim());
+        let bad = |key: &str, value: &str, expected: &str| {
+            BackendError::Load(format!(
+                "model '{}': parameter '{key}' is '{value}', expected {expected}",
+                config.name
+            ))
+        };
+        let threads = |key: &str| -> Result<Option<usize>, BackendError> {
+            match param(key) {
+                None => Ok(None),
+                Some(v) => match v.parse::<i64>() {
+                    // Triton treats 0 (and below) as "let ONNX Runtime pick".
+                    Ok(n) if n <= 0 => Ok(None),
+                    Ok(n) => usize::try_from(n)
+                        .map(Some)
+                        .map_err(|_| bad(key, v, "a thread count")),
+                    Err(_) => Err(bad(key, v, "an integer")),
+                },
+            }
+        };
+        let flag = |key: &str| -> Result<Option<bool>, BackendError> {
+            param(key)
+                .map(|v| parse_bool(v).ok_or_else(|| bad(key, v, "1/0, true/false, on/off")))
+                .transpose()
+        };
+        let parallel_execution = match param("execution_mode") {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(v) => return Err(bad("execution_mode", v, "0 (sequential) or 1 (parallel)")),
+        };
+        let level = config
+            .optimization
+            .as_ref()
+            .and_then(|o| o.graph.as_ref())
+            .map_or(0, |g| g.level);
+        let entries = |keys: &[&str]| -> Vec<(String, String)> {
+            keys.iter()
+                .filter_map(|key| param(key).map(|v| (key.to_string(), v.to_string())))
+                .collect()
+        };
+        Ok(SessionSettings {
+            intra_op_threads: threads("intra_op_thread_count")?,
+            inter_op_threads: threads("inter_op_thread_count")?,
+            parallel_execution,
+            optimization: optimization_level(level),
+            mem_arena: flag("enable_mem_arena")?,
+            mem_pattern: flag("enable_mem_pattern")?,
+            config_entries: entries(&SESSION_KEYS),
+            run_config_entries: entries(&RUN_KEYS),
+        })
+    }
+
+    /// Applies the settings to a session builder.
+    pub(crate) fn apply(&self, mut builder: SessionBuilder) -> Result<SessionBuilder, ort::Error> {
+        builder = builder.with_optimization_level(self.optimization)?;
+        if let Some(n) = self.intra_op_threads {
+            builder = builder.with_intra_threads(n)?;
+        }
+        if let Some(n) = self.inter_op_threads {
+            builder = builder.with_inter_threads(n)?;
+        }
+        if self.parallel_execution {
+            builder = builder.with_parallel_execution(true)?;
+        }
+        if let Some(enable) = self.mem_pattern {
+            builder = builder.with_memory_pattern(enable)?;
+        }
+        // ort's CPU provider disables the arena unless told otherwise, so it
+        // is registered only when the config decides.
+        if let Some(enable) = self.mem_arena {
+            let cpu = ort::ep::CPU::default().with_arena_allocator(enable).build();
+            builder = builder.with_execution_providers([cpu])?;
+        }
+        for (key, value) in &self.config_entries {
+            builder = builder.with_config_entry(key, value)?;
+        }
+        Ok(builder)
+    }
+}
+
+/// Triton's graph levels: -1 basic, 1 basic plus extended, 2 none, anything
+/// else (0 by default) all.
+fn optimization_level(level: i32) -> GraphOptimizationLevel {
+    match level {
+        -1 => GraphOptimizationLevel::Level1,
+        1 => GraphOptimizationLevel::Level2,
+        2 => GraphOptimizationLevel::Disable,
+        _ => GraphOptimizationLevel::All,
+    }
+}
+
+/// Triton's boolean spellings.
+fn parse_bool(value: &str) -> Option<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "1" | "true" | "on" | "yes" => Some(true),
+        "0" | "false" | "off" | "no" => Some(false),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nereid_core::model_config::{
+        ModelOptimizationPolicy, ModelParameter, model_optimization_policy,
+    };
+
+    use super::*;
+
+    fn config(params: &[(&str, &str)]) -> ModelConfig {
+        let mut config = ModelConfig {
+            name: "m".into(),
+            ..Default::default()
+        };
+        for (k, v) in params {
+            config.parameters.insert(
+                k.to_string(),
+                ModelParameter {
+                    string_value: v.to_string(),
+                },
+            );
+        }
+        config
+    }
+
+    #[test]
+    fn defaults_leave_ort_alone() {
+        let s = SessionSettings::from_config(&config(&[])).unwrap();
+        assert_eq!(s.intra_op_threads, None);
+        assert_eq!(s.inter_op_threads, None);
+        assert!(!s.parallel_execution);
+        assert_eq!(s.optimization, GraphOptimizationLevel::All);
+        assert_eq!(s.mem_arena, None);
+        assert!(s.config_entries.is_empty());
+        assert!(s.run_config_entries.is_empty());
+    }
+
+    #[test]
+    fn reads_triton_parameters_and_ignores_unknown_ones() {
+        let s = SessionSettings::from_config(&config(&[
+            ("intra_op_thread_count", "2"),
+            ("inter_op_thread_count", "0"),
+            ("execution_mode", "1"),
+            ("enable_mem_arena", "false"),
+            ("enable_mem_pattern", "ON"),
+            ("session.use_device_allocator_for_initializers", "1"),
+            ("memory.enable_memory_arena_shrinkage", "cpu:0"),
+            ("something_else", "whatever"),
+        ]))
+        .unwrap();
+        assert_eq!(s.intra_op_threads, Some(2));
+        assert_eq!(s.inter_op_threads, None);
+        assert!(s.parallel_execution);
+        assert_eq!(s.mem_arena, Some(false));
+        assert_eq!(s.mem_pattern, Some(true));
+        assert_eq!(
+            s.config_entries,
+            vec![(
+                "session.use_device_allocator_for_initializers".to_string(),
+                "1".to_string()
+            )]
+        );
+        assert_eq!(
+            s.run_config_entries,
+            vec![(
+                "memory.enable_memory_arena_shrinkage".to_string(),
+                "cpu:0".to_string()
+            )]
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_parameter() {
+        let err =
+            SessionSettings::from_config(&config(&[("intra_op_thread_count", "two")])).unwrap_err();
+        assert_eq!(
+            err,
+            BackendError::Load(
+                "model 'm': parameter 'intra_op_thread_count' is 'two', expected an integer".into()
+            )
+        );
+        let err = SessionSettings::from_config(&config(&[("execution_mode", "2")])).unwrap_err();
+        assert!(err.to_string().contains("'execution_mode' is '2'"), "{err}");
+        let err =
+            SessionSettings::from_config(&config(&[("enable_mem_arena", "maybe")])).unwrap_err();
+        assert!(err.to_string().contains("'enable_mem_arena'"), "{err}");
+    }
+
+    #[test]
+    fn graph_level_follows_triton() {
+        let mut c = config(&[]);
+        for (level, expected) in [
+            (-1, GraphOptimizationLevel::Level1),
+            (0, GraphOptimizationLevel::All),
+            (1, GraphOptimizationLevel::Level2),
+            (2, GraphOptimizationLevel::Disable),
+        ] {
+            c.optimization = Some(ModelOptimizationPolicy {
+                graph: Some(model_optimization_policy::Graph { level }),
+                ..Default::default()
+            });
+            assert_eq!(
+                SessionSettings::from_config(&c).unwrap().optimization,
+                expected
+            );
+        }
+    }
+}
