@@ -117,7 +117,7 @@ impl Engine {
             }
         };
         let config = Arc::new(resolved.config);
-        let mut entry = ModelEntry { config: Some(Arc::clone(&config)), ..ModelEntry::default() };
+        let mut entry = ModelEntry::default();
         for v in resolved.versions {
             let loaded = LoadedVersion::load(&resolved.backend, Arc::clone(&config), v.version, v.model_path);
             let version = match loaded {
@@ -189,7 +189,10 @@ impl Engine {
     pub fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<Vec<VersionStatistics>, Error> {
         let registry = self.inner.registry.read();
         if let Some(name) = name {
-            registry.resolve(name, version)?;
+            registry.resolve(name, version).map_err(|_| match version {
+                None => Error::invalid_argument(format!("requested model '{name}' is not available")),
+                Some(_) => Error::invalid_argument(format!("requested model version is not available for model '{name}'")),
+            })?;
         }
         Ok(registry
             .loaded()

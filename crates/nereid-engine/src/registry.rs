@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use nereid_core::model_config::ModelConfig;
 use nereid_core::Error;
 
 use crate::model::LoadedVersion;
@@ -37,11 +36,9 @@ pub struct VersionEntry {
     pub loaded: Option<Arc<LoadedVersion>>,
 }
 
-/// One model: its config once resolved, a model-level failure reason, and
-/// its versions.
+/// One model: a model-level failure reason, and its versions.
 #[derive(Debug, Clone, Default)]
 pub struct ModelEntry {
-    pub config: Option<Arc<ModelConfig>>,
     /// Why the model as a whole is unavailable (bad config, no version).
     pub failure: Option<String>,
     pub versions: BTreeMap<i64, VersionEntry>,
@@ -66,10 +63,6 @@ pub struct Registry {
 impl Registry {
     pub fn set(&mut self, name: String, entry: ModelEntry) {
         self.models.insert(name, entry);
-    }
-
-    pub fn get(&self, name: &str) -> Option<&ModelEntry> {
-        self.models.get(name)
     }
 
     /// The loaded version a request for `name` / `version` goes to: the one

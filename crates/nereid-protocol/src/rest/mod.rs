@@ -1,1 +1,16 @@
+//! KServe v2 REST bodies: the inference request (JSON, or JSON plus the
+//! binary tensor data extension) and response, and Triton's JSON rendering
+//! of a model config.
 
+mod config_json;
+mod infer_request;
+mod infer_response;
+mod json_data;
+mod params;
+
+pub use config_json::model_config_json;
+pub use infer_request::{decode_infer_request, DecodedRequest, OutputEncoding};
+pub use infer_response::{encode_infer_response, EncodedResponse};
+
+/// The header that says how long the JSON part of a binary body is.
+pub const HEADER_CONTENT_LENGTH: &str = "inference-header-content-length";

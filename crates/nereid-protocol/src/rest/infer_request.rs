@@ -1,0 +1,199 @@
+//! Decoding `POST /v2/models/{m}/infer` bodies: plain JSON, or a JSON header
+//! followed by raw tensor bytes (the binary tensor data extension). Binary
+//! inputs stay slices of the received body. Every size a client declares is
+//! checked against what was actually received before it is used.
+
+use bytes::Bytes;
+use nereid_core::tensor::element_count;
+use nereid_core::{DataType, Error, InferRequest, InputTensor, Parameter, Parameters, RequestedOutput};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::{json_data, params};
+
+#[derive(Deserialize)]
+struct RequestJson {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+    inputs: Vec<InputJson>,
+    #[serde(default)]
+    outputs: Option<Vec<OutputJson>>,
+}
+
+#[derive(Deserialize)]
+struct InputJson {
+    name: String,
+    shape: Vec<i64>,
+    datatype: String,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct OutputJson {
+    name: String,
+    #[serde(default)]
+    parameters: Option<Map<String, Value>>,
+}
+
+/// Which outputs go back as raw bytes after the JSON header.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutputEncoding {
+    /// The request's `binary_data_output` parameter.
+    pub default_binary: bool,
+    /// Outputs that set their own `binary_data` parameter.
+    pub explicit: Vec<(String, bool)>,
+}
+
+impl OutputEncoding {
+    pub fn is_binary(&self, output: &str) -> bool {
+        self.explicit
+            .iter()
+            .find(|(name, _)| name == output)
+            .map_or(self.default_binary, |&(_, binary)| binary)
+    }
+}
+
+/// A decoded request and how its response is to be encoded.
+#[derive(Debug)]
+pub struct DecodedRequest {
+    pub request: InferRequest,
+    pub encoding: OutputEncoding,
+}
+
+/// Decodes an inference request body for `model` / `version`.
+/// `header_length` is the `Inference-Header-Content-Length` value, if any.
+pub fn decode_infer_request(
+    model: &str,
+    version: Option<i64>,
+    body: Bytes,
+    header_length: Option<&str>,
+) -> Result<DecodedRequest, Error> {
+    let json_len = json_length(body.len(), header_length)?;
+    let parsed: RequestJson = serde_json::from_slice(&body[..json_len])
+        .map_err(|e| Error::invalid_argument(format!("failed to parse the request JSON buffer: {e}")))?;
+    let mut binary = BinaryCursor { body: &body, offset: json_len };
+    let inputs = parsed
+        .inputs
+        .into_iter()
+        .map(|input| decode_input(model, input, &mut binary))
+        .collect::<Result<Vec<_>, _>>()?;
+    if binary.offset != body.len() {
+        return Err(Error::invalid_argument(format!("unexpected additional input data for model '{model}'")));
+    }
+    let mut parameters = params::from_json(parsed.parameters.unwrap_or_default(), "the request")?;
+    let default_binary = take_bool(&mut parameters, "binary_data_output", "the request")?.unwrap_or(false);
+    let mut encoding = OutputEncoding { default_binary, explicit: Vec::new() };
+    let outputs = parsed
+        .outputs
+        .unwrap_or_default()
+        .into_iter()
+        .map(|o| decode_output(o, &mut encoding))
+        .collect::<Result<Vec<_>, _>>()?;
+    let request = InferRequest {
+        model_name: model.to_string(),
+        model_version: version,
+        id: parsed.id.unwrap_or_default(),
+        inputs,
+        outputs,
+        parameters,
+    };
+    Ok(DecodedRequest { request, encoding })
+}
+
+fn json_length(body_len: usize, header_length: Option<&str>) -> Result<usize, Error> {
+    let Some(value) = header_length else { return Ok(body_len) };
+    match value.trim().parse::<usize>() {
+        Ok(n) if n > 0 && n <= body_len => Ok(n),
+        _ => Err(Error::invalid_argument(format!(
+            "inference header size should be in range (0, {body_len}], got: {value}"
+        ))),
+    }
+}
+
+/// The part of the body after the JSON header, consumed input by input.
+struct BinaryCursor<'a> {
+    body: &'a Bytes,
+    offset: usize,
+}
+
+impl BinaryCursor<'_> {
+    fn take(&mut self, model: &str, input: &str, size: u64) -> Result<Bytes, Error> {
+        let remaining = (self.body.len() - self.offset) as u64;
+        if size > remaining {
+            return Err(Error::invalid_argument(format!(
+                "unexpected size for input '{input}', expecting {size} additional bytes for model '{model}' but only {remaining} remain in the body"
+            )));
+        }
+        let start = self.offset;
+        self.offset += size as usize;
+        Ok(self.body.slice(start..self.offset))
+    }
+}
+
+fn decode_input(model: &str, input: InputJson, binary: &mut BinaryCursor<'_>) -> Result<InputTensor, Error> {
+    let InputJson { name, shape, datatype, parameters, data } = input;
+    let datatype = DataType::from_wire_name(&datatype)
+        .ok_or_else(|| Error::invalid_argument(format!("invalid datatype '{datatype}' for input '{name}'")))?;
+    if let Some(d) = shape.iter().find(|&&d| d < 0) {
+        return Err(Error::invalid_argument(format!("input '{name}' has a negative dimension {d} in its shape")));
+    }
+    let what = format!("input '{name}'");
+    let mut parameters = params::from_json(parameters.unwrap_or_default(), &what)?;
+    let binary_size = take_size(&mut parameters, "binary_data_size", &what)?;
+    let data = match (binary_size, data) {
+        (Some(size), None) => binary.take(model, &name, size)?,
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid_argument(format!(
+                "input '{name}' has both 'data' and a 'binary_data_size' parameter"
+            )));
+        }
+        (None, Some(data)) => {
+            let expected = element_count(&shape).unwrap_or(u64::MAX);
+            Bytes::from(json_data::encode(&name, datatype, &data, expected)?)
+        }
+        (None, None) => {
+            return Err(Error::invalid_argument(format!(
+                "input '{name}' has neither 'data' nor a 'binary_data_size' parameter"
+            )));
+        }
+    };
+    Ok(InputTensor { name, datatype, shape, data, parameters })
+}
+
+fn decode_output(output: OutputJson, encoding: &mut OutputEncoding) -> Result<RequestedOutput, Error> {
+    let what = format!("output '{}'", output.name);
+    let mut parameters = params::from_json(output.parameters.unwrap_or_default(), &what)?;
+    if let Some(binary) = take_bool(&mut parameters, "binary_data", &what)? {
+        encoding.explicit.push((output.name.clone(), binary));
+    }
+    if parameters.contains_key("classification") {
+        return Err(Error::unsupported(format!(
+            "{what} asks for classification, which this server does not support yet"
+        )));
+    }
+    Ok(RequestedOutput { name: output.name, parameters })
+}
+
+fn take_bool(params: &mut Parameters, key: &str, what: &str) -> Result<Option<bool>, Error> {
+    match params.remove(key) {
+        None => Ok(None),
+        Some(Parameter::Bool(b)) => Ok(Some(b)),
+        Some(_) => Err(Error::invalid_argument(format!("parameter '{key}' of {what} must be a boolean"))),
+    }
+}
+
+fn take_size(params: &mut Parameters, key: &str, what: &str) -> Result<Option<u64>, Error> {
+    match params.remove(key) {
+        None => Ok(None),
+        Some(Parameter::Int64(v)) if v >= 0 => Ok(Some(v as u64)),
+        Some(Parameter::Uint64(v)) => Ok(Some(v)),
+        Some(_) => Err(Error::invalid_argument(format!(
+            "parameter '{key}' of {what} must be a non-negative integer"
+        ))),
+    }
+}

@@ -1,0 +1,95 @@
+//! Encoding inference responses: JSON, with the outputs the client asked
+//! for as raw bytes after the JSON header (binary tensor data extension).
+
+use bytes::{BufMut, Bytes, BytesMut};
+use nereid_core::{DataType, Error, InferResponse, Parameters};
+use serde::Serialize;
+
+use super::infer_request::OutputEncoding;
+use super::json_data::JsonData;
+use super::params::JsonParameters;
+
+#[derive(Serialize)]
+struct ResponseJson<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
+    id: &'a str,
+    model_name: &'a str,
+    model_version: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<JsonParameters<'a>>,
+    outputs: Vec<OutputJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct OutputJson<'a> {
+    name: &'a str,
+    datatype: &'static str,
+    shape: &'a [i64],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<JsonParameters<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<JsonData<'a>>,
+}
+
+/// An encoded response body; `header_length` is set when raw output bytes
+/// follow the JSON header.
+#[derive(Debug)]
+pub struct EncodedResponse {
+    pub body: Bytes,
+    pub header_length: Option<usize>,
+}
+
+/// Encodes `response`, sending as raw bytes the outputs `encoding` marks
+/// binary.
+pub fn encode_infer_response(response: &InferResponse, encoding: &OutputEncoding) -> Result<EncodedResponse, Error> {
+    let binary_params: Vec<Option<Parameters>> = response
+        .outputs
+        .iter()
+        .map(|o| {
+            encoding.is_binary(&o.name).then(|| {
+                Parameters::from([(
+                    "binary_data_size".to_string(),
+                    nereid_core::Parameter::Uint64(o.data.len() as u64),
+                )])
+            })
+        })
+        .collect();
+    let outputs = response
+        .outputs
+        .iter()
+        .zip(&binary_params)
+        .map(|(o, params)| OutputJson {
+            name: &o.name,
+            datatype: DataType::wire_name(o.datatype),
+            shape: &o.shape,
+            parameters: params.as_ref().map(JsonParameters),
+            data: params.is_none().then_some(JsonData { datatype: o.datatype, data: &o.data }),
+        })
+        .collect();
+    let json = ResponseJson {
+        id: &response.id,
+        model_name: &response.model_name,
+        model_version: response.model_version.to_string(),
+        parameters: (!response.parameters.is_empty()).then_some(JsonParameters(&response.parameters)),
+        outputs,
+    };
+    let header = serde_json::to_vec(&json).map_err(|e| Error::internal(format!("cannot encode the response: {e}")))?;
+    let binary_len: usize = response
+        .outputs
+        .iter()
+        .zip(&binary_params)
+        .filter(|(_, p)| p.is_some())
+        .map(|(o, _)| o.data.len())
+        .sum();
+    if binary_params.iter().all(Option::is_none) {
+        return Ok(EncodedResponse { body: Bytes::from(header), header_length: None });
+    }
+    let mut body = BytesMut::with_capacity(header.len() + binary_len);
+    body.put_slice(&header);
+    for (output, params) in response.outputs.iter().zip(&binary_params) {
+        if params.is_some() {
+            body.put_slice(&output.data);
+        }
+    }
+    Ok(EncodedResponse { body: body.freeze(), header_length: Some(header.len()) })
+}

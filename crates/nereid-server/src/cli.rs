@@ -1,0 +1,135 @@
+//! Command-line flags, named as `tritonserver` names them. A flag Nereid
+//! does not know, tritonserver's or not, is an error naming the flag.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::builder::BoolishValueParser;
+use clap::Parser;
+use nereid_engine::EngineOptions;
+
+use crate::server::ServerConfig;
+
+/// Nereid: a Triton-compatible inference server.
+#[derive(Debug, Parser)]
+#[command(name = "nereid", version, about)]
+pub struct Args {
+    /// Model repository folder; repeat the flag for several.
+    #[arg(long = "model-repository", alias = "model-store", required = true, value_name = "PATH")]
+    pub model_repository: Vec<PathBuf>,
+
+    /// Port of the HTTP/REST endpoint.
+    #[arg(long, default_value_t = 8000)]
+    pub http_port: u16,
+
+    /// Address the HTTP/REST endpoint binds.
+    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED))]
+    pub http_address: IpAddr,
+
+    /// Serve HTTP/REST.
+    #[arg(long, default_value = "true", value_parser = BoolishValueParser::new(), num_args = 1)]
+    pub allow_http: bool,
+
+    /// Port of the gRPC endpoint.
+    #[arg(long, default_value_t = 8001)]
+    pub grpc_port: u16,
+
+    /// Address the gRPC endpoint binds.
+    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED))]
+    pub grpc_address: IpAddr,
+
+    /// Serve gRPC.
+    #[arg(long, default_value = "true", value_parser = BoolishValueParser::new(), num_args = 1)]
+    pub allow_grpc: bool,
+
+    /// Port of the Prometheus metrics endpoint.
+    #[arg(long, default_value_t = 8002)]
+    pub metrics_port: u16,
+
+    /// Address the metrics endpoint binds.
+    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::UNSPECIFIED))]
+    pub metrics_address: IpAddr,
+
+    /// Serve Prometheus metrics.
+    #[arg(long, default_value = "true", value_parser = BoolishValueParser::new(), num_args = 1)]
+    pub allow_metrics: bool,
+
+    /// Require a complete config.pbtxt; when false, missing fields are
+    /// filled in from the model file.
+    #[arg(long, default_value = "false", value_parser = BoolishValueParser::new(), num_args = 1)]
+    pub strict_model_config: bool,
+
+    /// Report the server ready only when every model is ready.
+    #[arg(long, default_value = "true", value_parser = BoolishValueParser::new(), num_args = 1)]
+    pub strict_readiness: bool,
+
+    /// Verbose logging level; 0 is off.
+    #[arg(long, default_value_t = 0)]
+    pub log_verbose: u32,
+
+    /// Seconds to let in-flight requests finish at shutdown.
+    #[arg(long, default_value_t = 30)]
+    pub exit_timeout_secs: u64,
+
+    /// Path of the ONNX Runtime shared library (libonnxruntime.so).
+    #[arg(long, env = "ORT_DYLIB_PATH", value_name = "PATH")]
+    pub onnxruntime_library: Option<PathBuf>,
+}
+
+impl Args {
+    /// Checks the flags and turns them into a server config.
+    pub fn into_config(self) -> anyhow::Result<ServerConfig> {
+        for repo in &self.model_repository {
+            if !repo.is_dir() {
+                anyhow::bail!("--model-repository {} is not a folder", repo.display());
+            }
+        }
+        if !self.allow_http && !self.allow_grpc {
+            anyhow::bail!("--allow-http and --allow-grpc are both false: nothing would serve");
+        }
+        Ok(ServerConfig {
+            engine: EngineOptions {
+                repositories: self.model_repository,
+                strict_model_config: self.strict_model_config,
+                strict_readiness: self.strict_readiness,
+            },
+            http: self.allow_http.then_some(SocketAddr::new(self.http_address, self.http_port)),
+            grpc: self.allow_grpc.then_some(SocketAddr::new(self.grpc_address, self.grpc_port)),
+            metrics: self.allow_metrics.then_some(SocketAddr::new(self.metrics_address, self.metrics_port)),
+            exit_timeout: Duration::from_secs(self.exit_timeout_secs),
+            onnxruntime_library: self.onnxruntime_library,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tritonserver_flags_parse() {
+        let args = Args::try_parse_from([
+            "nereid",
+            "--model-repository=/a",
+            "--model-repository",
+            "/b",
+            "--http-port=9000",
+            "--allow-grpc=false",
+            "--strict-model-config",
+            "true",
+        ])
+        .unwrap();
+        assert_eq!(args.model_repository.len(), 2);
+        assert_eq!(args.http_port, 9000);
+        assert!(!args.allow_grpc);
+        assert!(args.strict_model_config);
+        assert!(args.strict_readiness);
+    }
+
+    #[test]
+    fn unknown_flags_are_named() {
+        let err = Args::try_parse_from(["nereid", "--model-repository=/a", "--backend-directory=/x"]).unwrap_err();
+        assert!(err.to_string().contains("--backend-directory"), "{err}");
+    }
+}

@@ -1,0 +1,131 @@
+//! The HTTP/REST frontend: KServe v2 routes with Triton's extensions.
+//! Handlers decode with `nereid-protocol`, call the engine, and encode;
+//! every error leaves as `{"error": "..."}` with the status from
+//! `crate::error`.
+
+mod infer;
+mod model;
+mod repository;
+mod server;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use nereid_core::Error;
+use nereid_engine::Engine;
+use tokio::net::TcpListener;
+use tower_http::compression::CompressionLayer;
+use tower_http::decompression::RequestDecompressionLayer;
+
+/// Largest request body accepted, as tritonserver's default
+/// `--http-max-input-size` (64 MiB).
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+
+/// Builds the HTTP application; tests call it without a socket.
+pub fn router(engine: Engine) -> Router {
+    let model_routes = Router::new()
+        .route("/", get(model::metadata))
+        .route("/ready", get(model::ready))
+        .route("/config", get(model::config))
+        .route("/stats", get(model::stats))
+        .route("/infer", post(infer::infer));
+    Router::new()
+        .route("/v2", get(server::metadata))
+        .route("/v2/health/live", get(server::live))
+        .route("/v2/health/ready", get(server::ready))
+        .route("/v2/models/stats", get(model::all_stats))
+        .route("/v2/repository/index", post(repository::index))
+        .route("/v2/repository/models/{model}/load", post(repository::not_implemented))
+        .route("/v2/repository/models/{model}/unload", post(repository::not_implemented))
+        .nest("/v2/models/{model}", model_routes.clone())
+        .nest("/v2/models/{model}/versions/{version}", model_routes)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(RequestDecompressionLayer::new())
+        .layer(CompressionLayer::new())
+        .with_state(engine)
+}
+
+/// Serves the HTTP frontend on `listener` until `shutdown` completes, then
+/// lets in-flight requests finish.
+pub async fn serve(
+    engine: Engine,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    axum::serve(listener, router(engine)).with_graceful_shutdown(shutdown).await?;
+    Ok(())
+}
+
+/// An error as the HTTP frontend answers it.
+#[derive(Debug)]
+pub struct ApiError(pub Error);
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        ApiError(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        error_response(crate::error::http_status(self.0.kind()), self.0.message())
+    }
+}
+
+/// `{"error": message}` with `status`.
+pub fn error_response(status: StatusCode, message: &str) -> Response {
+    let body = serde_json::json!({ "error": message }).to_string();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// A JSON body that is already encoded.
+pub fn json_response(body: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn not_found() -> Response {
+    error_response(StatusCode::NOT_FOUND, "Not Found")
+}
+
+async fn method_not_allowed() -> Response {
+    error_response(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed")
+}
+
+/// The model and optional version named by a `/v2/models/{model}[/versions/{version}]` path.
+#[derive(Debug)]
+pub struct ModelPath {
+    pub model: String,
+    pub version: Option<i64>,
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ModelPath {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Path(params) =
+            axum::extract::Path::<Vec<(String, String)>>::from_request_parts(parts, state)
+                .await
+                .map_err(|_| not_found_response())?;
+        let mut path = ModelPath { model: String::new(), version: None };
+        for (key, value) in params {
+            match key.as_str() {
+                "model" => path.model = value,
+                // Triton's routes only match positive integer versions.
+                "version" => match value.parse::<i64>() {
+                    Ok(v) if v > 0 => path.version = Some(v),
+                    _ => return Err(not_found_response()),
+                },
+                _ => {}
+            }
+        }
+        Ok(path)
+    }
+}
+
+fn not_found_response() -> Response {
+    error_response(StatusCode::NOT_FOUND, "Not Found")
+}

@@ -1,0 +1,144 @@
+//! Per-model routes: metadata, readiness, config, statistics.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use nereid_engine::stats::{BatchSnapshot, DurationSnapshot};
+use nereid_engine::{Engine, VersionStatistics};
+use serde::Serialize;
+
+use super::{error_response, json_response, ApiError, ModelPath};
+
+pub async fn metadata(State(engine): State<Engine>, path: ModelPath) -> Result<Response, ApiError> {
+    let m = engine.model_metadata(&path.model, path.version)?;
+    let tensors = |ts: &[nereid_engine::TensorMetadata]| -> Vec<serde_json::Value> {
+        ts.iter()
+            .map(|t| serde_json::json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape }))
+            .collect()
+    };
+    Ok(Json(serde_json::json!({
+        "name": m.name,
+        "versions": m.versions,
+        "platform": m.platform,
+        "inputs": tensors(&m.inputs),
+        "outputs": tensors(&m.outputs),
+    }))
+    .into_response())
+}
+
+/// Triton answers 400 `Model version not ready` for any model or version
+/// that cannot serve.
+pub async fn ready(State(engine): State<Engine>, path: ModelPath) -> Response {
+    if engine.model_ready(&path.model, path.version) {
+        StatusCode::OK.into_response()
+    } else {
+        error_response(StatusCode::BAD_REQUEST, "Model version not ready")
+    }
+}
+
+pub async fn config(State(engine): State<Engine>, path: ModelPath) -> Result<Response, ApiError> {
+    let config = engine.model_config(&path.model, path.version)?;
+    Ok(json_response(nereid_protocol::rest::model_config_json(&config)?))
+}
+
+pub async fn stats(State(engine): State<Engine>, path: ModelPath) -> Result<Response, ApiError> {
+    let stats = engine.statistics(Some(&path.model), path.version)?;
+    Ok(Json(StatsResponse::new(&stats)).into_response())
+}
+
+pub async fn all_stats(State(engine): State<Engine>) -> Result<Response, ApiError> {
+    let stats = engine.statistics(None, None)?;
+    Ok(Json(StatsResponse::new(&stats)).into_response())
+}
+
+#[derive(Serialize)]
+struct StatsResponse {
+    model_stats: Vec<ModelStatsJson>,
+}
+
+#[derive(Serialize)]
+struct ModelStatsJson {
+    name: String,
+    version: String,
+    last_inference: u64,
+    inference_count: u64,
+    execution_count: u64,
+    inference_stats: InferenceStatsJson,
+    response_stats: serde_json::Map<String, serde_json::Value>,
+    batch_stats: Vec<BatchStatsJson>,
+    memory_usage: Vec<serde_json::Value>,
+}
+
+#[derive(Serialize)]
+struct InferenceStatsJson {
+    success: Duration,
+    fail: Duration,
+    queue: Duration,
+    compute_input: Duration,
+    compute_infer: Duration,
+    compute_output: Duration,
+    cache_hit: Duration,
+    cache_miss: Duration,
+}
+
+#[derive(Serialize)]
+struct BatchStatsJson {
+    batch_size: u64,
+    compute_input: Duration,
+    compute_infer: Duration,
+    compute_output: Duration,
+}
+
+#[derive(Serialize)]
+struct Duration {
+    count: u64,
+    ns: u64,
+}
+
+impl From<DurationSnapshot> for Duration {
+    fn from(d: DurationSnapshot) -> Self {
+        Duration { count: d.count, ns: d.ns }
+    }
+}
+
+impl StatsResponse {
+    fn new(stats: &[VersionStatistics]) -> StatsResponse {
+        let model_stats = stats
+            .iter()
+            .map(|v| {
+                let s = &v.stats;
+                ModelStatsJson {
+                    name: v.name.clone(),
+                    version: v.version.to_string(),
+                    last_inference: s.last_inference_ms,
+                    inference_count: s.inference_count,
+                    execution_count: s.execution_count,
+                    inference_stats: InferenceStatsJson {
+                        success: s.success.into(),
+                        fail: s.fail.into(),
+                        queue: s.queue.into(),
+                        compute_input: s.compute_input.into(),
+                        compute_infer: s.compute_infer.into(),
+                        compute_output: s.compute_output.into(),
+                        cache_hit: DurationSnapshot::default().into(),
+                        cache_miss: DurationSnapshot::default().into(),
+                    },
+                    response_stats: serde_json::Map::new(),
+                    batch_stats: s.batches.iter().map(batch_json).collect(),
+                    memory_usage: Vec::new(),
+                }
+            })
+            .collect();
+        StatsResponse { model_stats }
+    }
+}
+
+fn batch_json(b: &BatchSnapshot) -> BatchStatsJson {
+    BatchStatsJson {
+        batch_size: b.batch_size,
+        compute_input: b.compute_input.into(),
+        compute_infer: b.compute_infer.into(),
+        compute_output: b.compute_output.into(),
+    }
+}

@@ -1,0 +1,11 @@
+//! What the server says about itself (`GET /v2`, gRPC `ServerMetadata`).
+
+/// The server's name in metadata responses.
+pub const SERVER_NAME: &str = "nereid";
+
+/// The server's version in metadata responses.
+pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The Triton protocol extensions this server really implements; an
+/// extension is listed only once it works end to end.
+pub const EXTENSIONS: &[&str] = &["binary_tensor_data", "model_configuration", "statistics", "parameters"];

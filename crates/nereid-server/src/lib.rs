@@ -1,0 +1,17 @@
+//! The `nereid` server: command line, HTTP/REST (axum) and gRPC (tonic)
+//! frontends over one [`nereid_engine::Engine`], Prometheus metrics, and
+//! graceful shutdown. Built as a library so tests start it in-process on
+//! ports the OS picks.
+//!
+//! Frontends translate wire messages with `nereid-protocol` and call the
+//! engine; they must not know which backend serves a model.
+
+pub mod cli;
+mod error;
+mod grpc;
+mod http;
+pub mod info;
+mod metrics;
+mod server;
+
+pub use server::{RunningServer, ServerConfig, start};

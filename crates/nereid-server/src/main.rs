@@ -1,0 +1,31 @@
+use clap::Parser;
+use nereid_server::cli::Args;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let level = if args.log_verbose > 0 { "debug" } else { "info" };
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level)))
+        .init();
+    let config = args.into_config()?;
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(config))
+}
+
+async fn run(config: nereid_server::ServerConfig) -> anyhow::Result<()> {
+    let server = nereid_server::start(config).await?;
+    wait_for_signal().await?;
+    tracing::info!("shutting down: no new connections, finishing in-flight requests");
+    server.shutdown().await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result?,
+        _ = terminate.recv() => {}
+    }
+    Ok(())
+}

@@ -1,0 +1,165 @@
+//! Starting and stopping the whole server: backends, engine, listeners,
+//! frontends, and the initial model load.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use nereid_backend_onnx::OnnxBackend;
+use nereid_core::Backend;
+use nereid_engine::{Engine, EngineOptions};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Everything the server needs, validated, before a port is bound.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub engine: EngineOptions,
+    /// `None` turns the endpoint off.
+    pub http: Option<SocketAddr>,
+    pub grpc: Option<SocketAddr>,
+    pub metrics: Option<SocketAddr>,
+    /// How long in-flight requests may take to finish at shutdown.
+    pub exit_timeout: Duration,
+    pub onnxruntime_library: Option<PathBuf>,
+}
+
+/// A started server; drop it or call [`RunningServer::shutdown`] to stop.
+#[derive(Debug)]
+pub struct RunningServer {
+    engine: Engine,
+    http_addr: Option<SocketAddr>,
+    grpc_addr: Option<SocketAddr>,
+    metrics_addr: Option<SocketAddr>,
+    exit_timeout: Duration,
+    stop: watch::Sender<bool>,
+    frontends: Vec<JoinHandle<anyhow::Result<()>>>,
+    loading: Option<JoinHandle<()>>,
+}
+
+/// Binds every endpoint, starts serving and begins loading the models in
+/// the background: the server is live at once and ready when they loaded.
+pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
+    let engine = Engine::new(config.engine.clone(), backends(&config));
+    let (stop, stopped) = watch::channel(false);
+    let mut frontends = Vec::new();
+    let http_addr = match config.http {
+        Some(addr) => {
+            let listener = bind(addr, "HTTP").await?;
+            let local = listener.local_addr()?;
+            frontends.push(tokio::spawn(crate::http::serve(engine.clone(), listener, signal(&stopped))));
+            Some(local)
+        }
+        None => None,
+    };
+    let grpc_addr = match config.grpc {
+        Some(addr) => {
+            let listener = bind(addr, "gRPC").await?;
+            let local = listener.local_addr()?;
+            frontends.push(tokio::spawn(crate::grpc::serve(engine.clone(), listener, signal(&stopped))));
+            Some(local)
+        }
+        None => None,
+    };
+    let metrics_addr = match config.metrics {
+        Some(addr) => {
+            let listener = bind(addr, "metrics").await?;
+            let local = listener.local_addr()?;
+            frontends.push(tokio::spawn(crate::metrics::serve(engine.clone(), listener, signal(&stopped))));
+            Some(local)
+        }
+        None => None,
+    };
+    let loader = engine.clone();
+    let loading = tokio::task::spawn_blocking(move || {
+        if let Err(e) = loader.load_all() {
+            tracing::error!(error = %e, "model repository could not be loaded");
+        }
+    });
+    Ok(RunningServer {
+        engine,
+        http_addr,
+        grpc_addr,
+        metrics_addr,
+        exit_timeout: config.exit_timeout,
+        stop,
+        frontends,
+        loading: Some(loading),
+    })
+}
+
+fn backends(config: &ServerConfig) -> Vec<Arc<dyn Backend>> {
+    match OnnxBackend::new(config.onnxruntime_library.clone()) {
+        Ok(onnx) => vec![Arc::new(onnx)],
+        Err(e) => {
+            tracing::error!(error = %e, "ONNX Runtime is not available; ONNX models will not load");
+            Vec::new()
+        }
+    }
+}
+
+async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot bind the {what} endpoint to {addr}"))?;
+    tracing::info!("started {what} endpoint at {}", listener.local_addr()?);
+    Ok(listener)
+}
+
+/// A future that completes when the server is told to stop.
+fn signal(stopped: &watch::Receiver<bool>) -> impl Future<Output = ()> + Send + 'static {
+    let mut stopped = stopped.clone();
+    async move {
+        let _ = stopped.wait_for(|&s| s).await;
+    }
+}
+
+impl RunningServer {
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
+    }
+
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc_addr
+    }
+
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// Waits until the initial model load has finished (each model ready
+    /// or failed).
+    pub async fn wait_loaded(&mut self) {
+        if let Some(loading) = self.loading.take() {
+            let _ = loading.await;
+        }
+    }
+
+    /// Stops accepting connections, lets in-flight requests finish within
+    /// the exit timeout, then returns.
+    pub async fn shutdown(mut self) -> anyhow::Result<()> {
+        self.engine.begin_shutdown();
+        let _ = self.stop.send(true);
+        let frontends = std::mem::take(&mut self.frontends);
+        let all = futures::future::join_all(frontends);
+        match tokio::time::timeout(self.exit_timeout, all).await {
+            Ok(results) => {
+                for result in results {
+                    result.context("a frontend task panicked")??;
+                }
+                Ok(())
+            }
+            Err(_) => {
+                tracing::warn!(timeout = ?self.exit_timeout, "in-flight requests did not finish before the exit timeout");
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,98 @@
+"""Starts the built `nereid` binary once per test session on free loopback
+ports, serving model_repository/ and tests/models/, and hands tests its
+addresses. The binary comes from $NEREID_BIN (default target/debug/nereid)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import requests
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    log_path: Path
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def base(self) -> str:
+        return f"http://{self.http_url}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start_server(tmp_path: Path, repositories: list[Path], extra: list[str] | None = None) -> Server:
+    binary = os.environ.get("NEREID_BIN", str(REPO_ROOT / "target/debug/nereid"))
+    ports = [free_port() for _ in range(3)]
+    log_path = tmp_path / "nereid.log"
+    args = [binary]
+    for repo in repositories:
+        args += ["--model-repository", str(repo)]
+    args += [
+        "--http-address=127.0.0.1",
+        "--grpc-address=127.0.0.1",
+        "--metrics-address=127.0.0.1",
+        f"--http-port={ports[0]}",
+        f"--grpc-port={ports[1]}",
+        f"--metrics-port={ports[2]}",
+        *(extra or []),
+    ]
+    log = open(log_path, "w")
+    process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    server = Server(process, *ports, log_path)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"nereid exited with {process.returncode}:\n{server.log()}")
+        try:
+            if requests.get(f"{server.base}/v2/health/ready", timeout=1).status_code == 200:
+                return server
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"nereid did not become ready:\n{server.log()}")
+
+
+def stop_server(server: Server) -> int:
+    server.process.terminate()
+    try:
+        return server.process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        raise
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory) -> Server:
+    tmp = tmp_path_factory.mktemp("nereid")
+    s = start_server(tmp, [REPO_ROOT / "model_repository", REPO_ROOT / "tests" / "models"])
+    yield s
+    code = stop_server(s)
+    assert code == 0, f"nereid exited with {code}:\n{s.log()}"

@@ -1,0 +1,111 @@
+"""Health, metadata, config, statistics and the repository index over
+HTTP, checked with tritonclient and with raw requests."""
+
+from __future__ import annotations
+
+import numpy as np
+import requests
+import tritonclient.http as httpclient
+
+
+def test_health(server):
+    assert requests.get(f"{server.base}/v2/health/live").status_code == 200
+    ready = requests.get(f"{server.base}/v2/health/ready")
+    assert ready.status_code == 200 and ready.content == b""
+    with httpclient.InferenceServerClient(server.http_url) as c:
+        assert c.is_server_live() and c.is_server_ready()
+        assert c.is_model_ready("simple")
+        assert c.is_model_ready("add_sub_versions", "1")
+        assert not c.is_model_ready("nope")
+
+
+def test_server_metadata_lists_real_extensions(server):
+    body = requests.get(f"{server.base}/v2").json()
+    assert body["name"] == "nereid"
+    assert "binary_tensor_data" in body["extensions"]
+    assert "statistics" in body["extensions"]
+    assert "cuda_shared_memory" not in body["extensions"]
+
+
+def test_model_metadata(server):
+    with httpclient.InferenceServerClient(server.http_url) as c:
+        meta = c.get_model_metadata("simple")
+    assert meta == {
+        "name": "simple",
+        "versions": ["1"],
+        "platform": "onnxruntime_onnx",
+        "inputs": [
+            {"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]},
+            {"name": "INPUT1", "datatype": "INT32", "shape": [-1, 16]},
+        ],
+        "outputs": [
+            {"name": "OUTPUT0", "datatype": "INT32", "shape": [-1, 16]},
+            {"name": "OUTPUT1", "datatype": "INT32", "shape": [-1, 16]},
+        ],
+    }
+    versions = requests.get(f"{server.base}/v2/models/add_sub_versions").json()["versions"]
+    assert versions == ["1", "2"]
+    string = requests.get(f"{server.base}/v2/models/string_identity").json()
+    assert string["inputs"][0]["datatype"] == "BYTES"
+
+
+def test_model_config_renders_like_triton(server):
+    with httpclient.InferenceServerClient(server.http_url) as c:
+        config = c.get_model_config("simple")
+    assert config["name"] == "simple"
+    assert config["platform"] == "onnxruntime_onnx"
+    assert config["backend"] == "onnxruntime"
+    assert config["max_batch_size"] == 8
+    assert config["input"][0]["data_type"] == "TYPE_INT32"
+    assert config["input"][0]["dims"] == [16]
+    assert config["instance_group"][0]["kind"] == "KIND_CPU"
+    assert config["instance_group"][0]["count"] == 1
+    assert config["version_policy"] == {"latest": {"num_versions": 1}}
+
+
+def test_autofilled_config(server):
+    config = requests.get(f"{server.base}/v2/models/autofill_simple/config").json()
+    assert config["backend"] == "onnxruntime"
+    assert {i["name"] for i in config["input"]} == {"INPUT0", "INPUT1"}
+    assert config["max_batch_size"] > 0
+
+
+def test_statistics_count_inferences(server):
+    with httpclient.InferenceServerClient(server.http_url) as c:
+        before = c.get_inference_statistics("identity_int32")["model_stats"][0]
+        data = np.arange(6, dtype=np.int32).reshape(2, 3)
+        t = httpclient.InferInput("INPUT0", [2, 3], "INT32")
+        t.set_data_from_numpy(data)
+        c.infer("identity_int32", [t])
+        after = c.get_inference_statistics("identity_int32")["model_stats"][0]
+    assert after["inference_count"] == before["inference_count"] + 2
+    assert after["execution_count"] == before["execution_count"] + 1
+    stats = after["inference_stats"]
+    assert stats["success"]["count"] == before["inference_stats"]["success"]["count"] + 1
+    for key in ("queue", "compute_input", "compute_infer", "compute_output"):
+        assert stats[key]["ns"] > 0, key
+    assert after["last_inference"] > 0
+    assert any(b["batch_size"] == 2 for b in after["batch_stats"])
+    everything = requests.get(f"{server.base}/v2/models/stats").json()["model_stats"]
+    assert {"simple", "mlp"} <= {m["name"] for m in everything}
+
+
+def test_repository_index(server):
+    rows = requests.post(f"{server.base}/v2/repository/index", json={}).json()
+    by_name = {(r["name"], r.get("version")): r for r in rows}
+    assert by_name[("simple", "1")]["state"] == "READY"
+    assert by_name[("add_sub_versions", "2")]["state"] == "READY"
+    ready = requests.post(f"{server.base}/v2/repository/index", json={"ready": True}).json()
+    assert all(r["state"] == "READY" for r in ready)
+
+
+def test_metrics(server):
+    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
+    assert 'nv_inference_request_success{model="simple",version="1"}' in text
+    assert "nv_inference_exec_count" in text
+
+
+def test_unimplemented_extensions_say_so(server):
+    r = requests.post(f"{server.base}/v2/repository/models/simple/load")
+    assert r.status_code == 501
+    assert "not implemented" in r.json()["error"]
