@@ -202,3 +202,116 @@ fn requested_outputs(ctx: &Ctx<'_>, config: &ModelConfig, request: &InferRequest
     }
     Ok(names)
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use nereid_core::model_config::{DataType as CfgType, ModelInput, ModelOutput, ModelTensorReshape};
+    use nereid_core::{ErrorKind, Parameters, RequestedOutput};
+
+    use super::*;
+
+    fn config() -> ModelConfig {
+        let input = |name: &str| ModelInput {
+            name: name.into(),
+            data_type: CfgType::TypeInt32 as i32,
+            dims: vec![-1, 4],
+            ..Default::default()
+        };
+        ModelConfig {
+            name: "m".into(),
+            max_batch_size: 8,
+            input: vec![input("A"), input("B")],
+            output: vec![ModelOutput { name: "Y".into(), data_type: CfgType::TypeInt32 as i32, dims: vec![-1, 4], ..Default::default() }],
+            ..Default::default()
+        }
+    }
+
+    fn tensor(name: &str, shape: &[i64]) -> InputTensor {
+        let n = element_count(shape).unwrap() as usize;
+        InputTensor {
+            name: name.into(),
+            datatype: DataType::Int32,
+            shape: shape.to_vec(),
+            data: Bytes::from(vec![0u8; n * 4]),
+            parameters: Parameters::new(),
+        }
+    }
+
+    fn request(inputs: Vec<InputTensor>) -> InferRequest {
+        InferRequest { model_name: "m".into(), inputs, ..Default::default() }
+    }
+
+    fn error(inputs: Vec<InputTensor>) -> String {
+        let e = validate(&config(), request(inputs)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        e.message().to_string()
+    }
+
+    #[test]
+    fn accepts_a_fitting_request() {
+        let v = validate(&config(), request(vec![tensor("A", &[3, 2, 4]), tensor("B", &[3, 5, 4])])).unwrap();
+        assert_eq!(v.batch_size, 3);
+        assert_eq!(v.outputs, ["Y"]);
+    }
+
+    #[test]
+    fn names_what_is_wrong() {
+        assert!(error(vec![tensor("A", &[1, 1, 4])]).contains("missing required input(s) ['B']"));
+        assert!(error(vec![tensor("A", &[1, 1, 4]), tensor("A", &[1, 1, 4])]).contains("input 'A' already exists"));
+        assert!(error(vec![tensor("A", &[1, 1, 4]), tensor("B", &[1, 1, 4]), tensor("C", &[1])]).contains("unexpected inference input 'C'"));
+        assert!(error(vec![tensor("A", &[1, 1, 3]), tensor("B", &[1, 1, 4])]).contains("Expected [-1,-1,4], got [1,1,3]"));
+        assert!(error(vec![tensor("A", &[9, 1, 4]), tensor("B", &[9, 1, 4])]).contains("batch-size must be <= 8"));
+        assert!(error(vec![tensor("A", &[2, 1, 4]), tensor("B", &[1, 1, 4])]).contains("batch size"));
+        let mut short = tensor("A", &[1, 1, 4]);
+        short.data = short.data.slice(0..12);
+        assert!(error(vec![short, tensor("B", &[1, 1, 4])]).contains("Expected 16, got 12"));
+        let mut float = tensor("A", &[1, 1, 4]);
+        float.datatype = DataType::Fp32;
+        assert!(error(vec![float, tensor("B", &[1, 1, 4])]).contains("data-type is 'FP32', but model 'm' expects 'INT32'"));
+    }
+
+    #[test]
+    fn messages_carry_the_request_id() {
+        let mut r = request(vec![tensor("A", &[1, 1, 4])]);
+        r.id = "abc".into();
+        let e = validate(&config(), r).unwrap_err();
+        assert!(e.message().starts_with("[request id: abc] "), "{e}");
+    }
+
+    #[test]
+    fn unknown_and_repeated_outputs() {
+        let mut r = request(vec![tensor("A", &[1, 1, 4]), tensor("B", &[1, 1, 4])]);
+        let out = |n: &str| RequestedOutput { name: n.into(), parameters: Parameters::new() };
+        r.outputs = vec![out("Y"), out("Y")];
+        assert_eq!(validate(&config(), r.clone()).unwrap().outputs, ["Y"]);
+        r.outputs = vec![out("Z")];
+        assert!(validate(&config(), r).unwrap_err().message().contains("unexpected inference output 'Z'"));
+    }
+
+    #[test]
+    fn bytes_framing_and_count_are_checked() {
+        let mut cfg = config();
+        cfg.input.truncate(1);
+        cfg.input[0].data_type = CfgType::TypeString as i32;
+        cfg.input[0].dims = vec![-1];
+        let mut t = tensor("A", &[1, 2]);
+        t.datatype = DataType::Bytes;
+        t.data = Bytes::from_static(&[1, 0, 0, 0, b'x', 5, 0, 0, 0, b'y']);
+        let e = validate(&cfg, request(vec![t.clone()])).unwrap_err();
+        assert!(e.message().contains("invalid BYTES data"), "{e}");
+        t.data = Bytes::from_static(&[1, 0, 0, 0, b'x']);
+        let e = validate(&cfg, request(vec![t])).unwrap_err();
+        assert!(e.message().contains("expected 2 string elements"), "{e}");
+    }
+
+    #[test]
+    fn reshape_is_applied_after_checking_dims() {
+        let mut cfg = config();
+        cfg.input.truncate(1);
+        cfg.input[0].dims = vec![4];
+        cfg.input[0].reshape = Some(ModelTensorReshape { shape: vec![2, 2] });
+        let v = validate(&cfg, request(vec![tensor("A", &[3, 4])])).unwrap();
+        assert_eq!(v.request.inputs[0].shape, [3, 2, 2]);
+    }
+}
