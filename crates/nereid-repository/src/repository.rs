@@ -1,0 +1,265 @@
+//! The repository: folders in, validated configs and version paths out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nereid_core::Backend;
+use nereid_core::model_config::ModelConfig;
+
+use crate::autofill::{self, DEFAULT_MAX_BATCH_SIZE};
+use crate::backend_select::resolve_backend;
+use crate::error::{ModelError, RepositoryError};
+use crate::{normalize, parse, validate, versions};
+
+/// The file in a model folder that holds its configuration.
+pub const CONFIG_FILENAME: &str = "config.pbtxt";
+
+/// One or more repository roots (`--model-repository`, may repeat) and how
+/// strictly configs are read (`--strict-model-config`).
+#[derive(Debug, Clone)]
+pub struct Repository {
+    roots: Vec<PathBuf>,
+    strict: bool,
+    gpus: Vec<u32>,
+    default_max_batch_size: i32,
+}
+
+/// A model folder found by [`Repository::scan`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelEntry {
+    /// The folder name, which is the model name.
+    pub name: String,
+    /// The model folder (in the first root that has it).
+    pub path: PathBuf,
+    /// Folders of the same name in other roots. When not empty the model is
+    /// not unique and [`Repository::resolve`] refuses it, as Triton does.
+    pub duplicates: Vec<PathBuf>,
+}
+
+/// A model ready to load: its complete config, the backend that runs it and
+/// the versions its version policy selects.
+#[derive(Clone)]
+pub struct ResolvedModel {
+    pub name: String,
+    /// The config after autofill and Triton's defaults: what
+    /// `GET /v2/models/<name>/config` returns.
+    pub config: ModelConfig,
+    pub backend: Arc<dyn Backend>,
+    /// Ascending by version.
+    pub versions: Vec<ResolvedVersion>,
+}
+
+impl fmt::Debug for ResolvedModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResolvedModel")
+            .field("name", &self.name)
+            .field("backend", &self.backend.name())
+            .field("versions", &self.versions)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One version to load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedVersion {
+    pub version: i64,
+    /// The model file (or folder) of this version; the version folder
+    /// itself when the backend names no file (an ensemble).
+    pub model_path: PathBuf,
+}
+
+impl Repository {
+    /// A repository over `roots`. With `strict`, every model needs a
+    /// complete `config.pbtxt` and nothing is read from model files.
+    pub fn new(roots: Vec<PathBuf>, strict: bool) -> Self {
+        Repository {
+            roots,
+            strict,
+            gpus: Vec::new(),
+            default_max_batch_size: DEFAULT_MAX_BATCH_SIZE,
+        }
+    }
+
+    /// The GPU ids instances may use (none by default): `KIND_AUTO` groups
+    /// become GPU groups over these, and `KIND_GPU` groups must name only these.
+    pub fn with_gpus(mut self, gpus: Vec<u32>) -> Self {
+        self.gpus = gpus;
+        self
+    }
+
+    /// The `max_batch_size` autofill gives a model that can batch and whose
+    /// config sets none (Triton's `default-max-batch-size` backend setting, 4).
+    pub fn with_default_max_batch_size(mut self, size: i32) -> Self {
+        self.default_max_batch_size = size;
+        self
+    }
+
+    /// The repository roots, in the order given.
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+
+    /// Every model folder in every root, sorted by name. Hidden entries and
+    /// plain files are skipped. Fails only when a root cannot be listed.
+    pub fn scan(&self) -> Result<Vec<ModelEntry>, RepositoryError> {
+        let mut found: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        for root in &self.roots {
+            let unreadable = |source| RepositoryError::UnreadableRoot {
+                path: root.clone(),
+                source,
+            };
+            for entry in std::fs::read_dir(root).map_err(unreadable)? {
+                let path = entry.map_err(unreadable)?.path();
+                let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                    tracing::warn!(path = %path.display(), "skipping a folder whose name is not UTF-8");
+                    continue;
+                };
+                if name.starts_with('.') || !path.is_dir() {
+                    continue;
+                }
+                found.entry(name.to_owned()).or_default().push(path);
+            }
+        }
+        Ok(found
+            .into_iter()
+            .filter_map(|(name, paths)| {
+                let (path, others) = paths.split_first()?;
+                Some(ModelEntry {
+                    name,
+                    path: path.clone(),
+                    duplicates: others.to_vec(),
+                })
+            })
+            .collect())
+    }
+
+    /// Reads, autofills, defaults and validates one model's config and
+    /// resolves its versions. Any failure is this model's alone.
+    pub fn resolve(
+        &self,
+        entry: &ModelEntry,
+        backends: &[Arc<dyn Backend>],
+    ) -> Result<ResolvedModel, ModelError> {
+        if !entry.duplicates.is_empty() {
+            let mut paths = vec![entry.path.clone()];
+            paths.extend(entry.duplicates.iter().cloned());
+            return Err(ModelError::NotUnique {
+                name: entry.name.clone(),
+                paths,
+            });
+        }
+        let mut config = self.read_config(&entry.path)?;
+        if config.name.is_empty() {
+            config.name.clone_from(&entry.name);
+        } else if config.name != entry.name {
+            return Err(ModelError::NameMismatch {
+                directory: entry.name.clone(),
+                name: config.name,
+            });
+        }
+        let on_disk = versions::list_versions(&entry.path).map_err(|source| ModelError::Io {
+            path: entry.path.clone(),
+            source,
+        })?;
+        let backend = resolve_backend(&mut config, &entry.path, &on_disk, backends)?;
+        if !self.strict && autofill::needs_model_io(&config) {
+            self.autofill(&mut config, &entry.path, &on_disk, backend.as_ref())?;
+        }
+        normalize::normalize(&mut config, &self.gpus);
+        validate::validate(&config, &self.gpus)?;
+        let versions = self.version_paths(&config, &entry.path, &on_disk)?;
+        Ok(ResolvedModel {
+            name: config.name.clone(),
+            config,
+            backend,
+            versions,
+        })
+    }
+
+    fn read_config(&self, model_dir: &Path) -> Result<ModelConfig, ModelError> {
+        let path = model_dir.join(CONFIG_FILENAME);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Ok(parse::parse_config_file(&path, &text)?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !self.strict => {
+                Ok(ModelConfig::default())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(ModelError::MissingConfig { path })
+            }
+            Err(source) => Err(ModelError::Io { path, source }),
+        }
+    }
+
+    /// Completes `config` from the model file of the newest version the
+    /// (possibly defaulted) version policy selects.
+    fn autofill(
+        &self,
+        config: &mut ModelConfig,
+        model_dir: &Path,
+        on_disk: &BTreeSet<i64>,
+        backend: &dyn Backend,
+    ) -> Result<(), ModelError> {
+        let policy = config
+            .version_policy
+            .clone()
+            .unwrap_or_else(versions::default_policy);
+        let selected = versions::select(&policy, on_disk, &config.name);
+        let Some(&newest) = selected.last() else {
+            return Err(ModelError::NoVersion {
+                model: config.name.clone(),
+            });
+        };
+        let path = model_path(model_dir, newest, &config.default_model_filename);
+        let io = backend
+            .inspect(&path)
+            .map_err(|source| ModelError::Inspect { path, source })?;
+        autofill::autofill(config, &io, self.default_max_batch_size)
+    }
+
+    fn version_paths(
+        &self,
+        config: &ModelConfig,
+        model_dir: &Path,
+        on_disk: &BTreeSet<i64>,
+    ) -> Result<Vec<ResolvedVersion>, ModelError> {
+        let policy = config
+            .version_policy
+            .clone()
+            .unwrap_or_else(versions::default_policy);
+        let selected = versions::select(&policy, on_disk, &config.name);
+        if selected.is_empty() {
+            return Err(ModelError::NoVersion {
+                model: config.name.clone(),
+            });
+        }
+        selected
+            .into_iter()
+            .map(|version| {
+                let model_path = model_path(model_dir, version, &config.default_model_filename);
+                if !model_path.exists() {
+                    // Triton fails the whole load when any selected version fails.
+                    return Err(ModelError::MissingModelFile {
+                        model: config.name.clone(),
+                        version,
+                        path: model_path,
+                    });
+                }
+                Ok(ResolvedVersion {
+                    version,
+                    model_path,
+                })
+            })
+            .collect()
+    }
+}
+
+fn model_path(model_dir: &Path, version: i64, filename: &str) -> PathBuf {
+    let dir = model_dir.join(version.to_string());
+    if filename.is_empty() {
+        dir
+    } else {
+        dir.join(filename)
+    }
+}
