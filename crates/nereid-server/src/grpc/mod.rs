@@ -1,0 +1,72 @@
+//! The gRPC frontend: Triton's `inference.GRPCInferenceService` and the
+//! standard `grpc.health.v1.Health` service on one port, served by tonic.
+//! Handlers decode with `nereid_protocol::grpc`, call the engine, encode;
+//! every error leaves through `crate::error::grpc_status`.
+
+mod convert;
+mod health;
+mod service;
+mod stream;
+
+use anyhow::Context;
+use nereid_engine::Engine;
+use nereid_protocol::health::health_server::HealthServer;
+use nereid_protocol::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tonic::codec::CompressionEncoding;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+
+use health::HealthService;
+use service::InferenceService;
+
+/// Largest message received or sent: Triton's INT32_MAX.
+const MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
+
+/// Serves gRPC on `listener` until `shutdown` completes, then lets
+/// in-flight calls finish. Long-lived streams (`ModelStreamInfer`, health
+/// `Watch`) end at shutdown once their pending answers are sent, so that
+/// the graceful drain does not wait on clients that never hang up.
+pub async fn serve(
+    engine: Engine,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (stopping, stop) = watch::channel(false);
+    let signal = async move {
+        shutdown.await;
+        stopping.send_replace(true);
+    };
+    // TcpIncoming rather than a bare TcpListenerStream, for TCP_NODELAY:
+    // small unary calls would otherwise wait on Nagle and delayed ACKs.
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    Server::builder()
+        .http2_adaptive_window(Some(true))
+        .add_service(inference_server(engine.clone(), stop.clone()))
+        .add_service(health_server(engine, stop))
+        .serve_with_incoming_shutdown(incoming, signal)
+        .await
+        .context("the gRPC server failed")
+}
+
+fn inference_server(
+    engine: Engine,
+    stop: watch::Receiver<bool>,
+) -> GrpcInferenceServiceServer<InferenceService> {
+    GrpcInferenceServiceServer::new(InferenceService::new(engine, stop))
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Deflate)
+        .send_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Deflate)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
+fn health_server(engine: Engine, stop: watch::Receiver<bool>) -> HealthServer<HealthService> {
+    HealthServer::new(HealthService::new(engine, stop))
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Deflate)
+        .send_compressed(CompressionEncoding::Gzip)
+        .send_compressed(CompressionEncoding::Deflate)
+}

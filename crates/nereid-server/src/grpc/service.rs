@@ -1,0 +1,230 @@
+//! `inference.GRPCInferenceService` over the engine. Extensions this server
+//! does not implement answer UNIMPLEMENTED naming the extension, never a
+//! pretended success.
+
+use std::pin::Pin;
+
+use futures::Stream;
+use nereid_core::Error;
+use nereid_engine::{Engine, VersionStatistics};
+use nereid_protocol::grpc as wire;
+use nereid_protocol::inference::grpc_inference_service_server::GrpcInferenceService;
+use nereid_protocol::inference::*;
+use tokio::sync::watch;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{convert, stream};
+use crate::error::grpc_status;
+use crate::info;
+
+/// The inference service: the engine, and the shutdown signal that ends
+/// open streams.
+pub struct InferenceService {
+    engine: Engine,
+    stop: watch::Receiver<bool>,
+}
+
+impl InferenceService {
+    pub fn new(engine: Engine, stop: watch::Receiver<bool>) -> InferenceService {
+        InferenceService { engine, stop }
+    }
+}
+
+type Rpc<T> = Result<Response<T>, Status>;
+
+/// Converts a core result into a gRPC answer.
+fn answer<T>(result: Result<T, Error>) -> Rpc<T> {
+    result.map(Response::new).map_err(|e| grpc_status(&e))
+}
+
+fn not_implemented<T>(extension: &str) -> Rpc<T> {
+    answer(Err(Error::unsupported(format!(
+        "the {extension} extension is not implemented yet"
+    ))))
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for InferenceService {
+    async fn server_live(&self, _: Request<ServerLiveRequest>) -> Rpc<ServerLiveResponse> {
+        answer(Ok(ServerLiveResponse {
+            live: self.engine.is_live(),
+        }))
+    }
+
+    async fn server_ready(&self, _: Request<ServerReadyRequest>) -> Rpc<ServerReadyResponse> {
+        answer(Ok(ServerReadyResponse {
+            ready: self.engine.is_ready(),
+        }))
+    }
+
+    /// Like Triton, an unknown model or version is `ready: false`, not an
+    /// error; only a malformed version string is.
+    async fn model_ready(&self, request: Request<ModelReadyRequest>) -> Rpc<ModelReadyResponse> {
+        let r = request.into_inner();
+        answer(
+            wire::parse_model_version(&r.version).map(|version| ModelReadyResponse {
+                ready: self.engine.model_ready(&r.name, version),
+            }),
+        )
+    }
+
+    async fn server_metadata(
+        &self,
+        _: Request<ServerMetadataRequest>,
+    ) -> Rpc<ServerMetadataResponse> {
+        answer(Ok(ServerMetadataResponse {
+            name: info::SERVER_NAME.to_string(),
+            version: info::SERVER_VERSION.to_string(),
+            extensions: info::EXTENSIONS.iter().map(|e| e.to_string()).collect(),
+        }))
+    }
+
+    async fn model_metadata(
+        &self,
+        request: Request<ModelMetadataRequest>,
+    ) -> Rpc<ModelMetadataResponse> {
+        let r = request.into_inner();
+        answer(
+            wire::parse_model_version(&r.version)
+                .and_then(|version| self.engine.model_metadata(&r.name, version))
+                .map(convert::model_metadata),
+        )
+    }
+
+    /// Unary inference. If the client cancels or its deadline passes, tonic
+    /// drops this future and with it the engine's, which abandons the
+    /// request: nothing here is spawned detached.
+    async fn model_infer(&self, request: Request<ModelInferRequest>) -> Rpc<ModelInferResponse> {
+        answer(stream::infer(&self.engine, request.into_inner()).await)
+    }
+
+    type ModelStreamInferStream =
+        Pin<Box<dyn Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
+
+    async fn model_stream_infer(
+        &self,
+        request: Request<Streaming<ModelInferRequest>>,
+    ) -> Rpc<Self::ModelStreamInferStream> {
+        let answers = stream::answers(self.engine.clone(), request.into_inner(), self.stop.clone());
+        answer(Ok(Box::pin(answers) as Self::ModelStreamInferStream))
+    }
+
+    async fn model_config(&self, request: Request<ModelConfigRequest>) -> Rpc<ModelConfigResponse> {
+        let r = request.into_inner();
+        answer(
+            wire::parse_model_version(&r.version)
+                .and_then(|version| self.engine.model_config(&r.name, version))
+                .map(|config| ModelConfigResponse {
+                    config: Some(config.as_ref().clone()),
+                }),
+        )
+    }
+
+    async fn model_statistics(
+        &self,
+        request: Request<ModelStatisticsRequest>,
+    ) -> Rpc<ModelStatisticsResponse> {
+        let r = request.into_inner();
+        answer(statistics(&self.engine, &r.name, &r.version).map(convert::model_statistics))
+    }
+
+    async fn repository_index(
+        &self,
+        request: Request<RepositoryIndexRequest>,
+    ) -> Rpc<RepositoryIndexResponse> {
+        let r = request.into_inner();
+        if !r.repository_name.is_empty() {
+            return answer(Err(Error::unsupported(
+                "'repository_name' specification is not supported",
+            )));
+        }
+        answer(Ok(convert::repository_index(self.engine.index(), r.ready)))
+    }
+
+    async fn repository_model_load(
+        &self,
+        _: Request<RepositoryModelLoadRequest>,
+    ) -> Rpc<RepositoryModelLoadResponse> {
+        not_implemented("model repository")
+    }
+
+    async fn repository_model_unload(
+        &self,
+        _: Request<RepositoryModelUnloadRequest>,
+    ) -> Rpc<RepositoryModelUnloadResponse> {
+        not_implemented("model repository")
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        _: Request<SystemSharedMemoryStatusRequest>,
+    ) -> Rpc<SystemSharedMemoryStatusResponse> {
+        not_implemented("system shared memory")
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        _: Request<SystemSharedMemoryRegisterRequest>,
+    ) -> Rpc<SystemSharedMemoryRegisterResponse> {
+        not_implemented("system shared memory")
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        _: Request<SystemSharedMemoryUnregisterRequest>,
+    ) -> Rpc<SystemSharedMemoryUnregisterResponse> {
+        not_implemented("system shared memory")
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        _: Request<CudaSharedMemoryStatusRequest>,
+    ) -> Rpc<CudaSharedMemoryStatusResponse> {
+        not_implemented("CUDA shared memory")
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        _: Request<CudaSharedMemoryRegisterRequest>,
+    ) -> Rpc<CudaSharedMemoryRegisterResponse> {
+        not_implemented("CUDA shared memory")
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<CudaSharedMemoryUnregisterRequest>,
+    ) -> Rpc<CudaSharedMemoryUnregisterResponse> {
+        not_implemented("CUDA shared memory")
+    }
+
+    async fn trace_setting(&self, _: Request<TraceSettingRequest>) -> Rpc<TraceSettingResponse> {
+        not_implemented("trace")
+    }
+
+    async fn log_settings(&self, _: Request<LogSettingsRequest>) -> Rpc<LogSettingsResponse> {
+        not_implemented("logging")
+    }
+}
+
+/// Statistics as Triton's `ModelStatistics` answers them: an empty name
+/// means every model (and ignores the version); an unknown model or
+/// version is INVALID_ARGUMENT with Triton's messages, not NOT_FOUND.
+fn statistics(engine: &Engine, name: &str, version: &str) -> Result<Vec<VersionStatistics>, Error> {
+    let version = wire::parse_model_version(version)?;
+    if name.is_empty() {
+        return engine.statistics(None, None);
+    }
+    let all = engine.statistics(Some(name), None).map_err(|_| {
+        Error::invalid_argument(format!("requested model '{name}' is not available"))
+    })?;
+    let Some(version) = version else {
+        return Ok(all);
+    };
+    let one: Vec<VersionStatistics> = all.into_iter().filter(|s| s.version == version).collect();
+    if one.is_empty() {
+        return Err(Error::invalid_argument(format!(
+            "requested model version is not available for model '{name}'"
+        )));
+    }
+    Ok(one)
+}
