@@ -14,8 +14,6 @@ fn main() -> anyhow::Result<()> {
         out_dir.join("model_config.fds"),
         prost::Message::encode_to_vec(&fds),
     )?;
-    prost_build::Config::new()
-        .bytes(["."])
-        .compile_fds(fds)?;
+    prost_build::Config::new().bytes(["."]).compile_fds(fds)?;
     Ok(())
 }

@@ -12,10 +12,16 @@ fn main() -> anyhow::Result<()> {
         println!("cargo:rerun-if-changed={}", f.display());
     }
     let fds = protox::compile(&files, [&proto_dir])?;
-    let mut builder = tonic_prost_build::configure().build_client(false).bytes(".");
+    let mut builder = tonic_prost_build::configure()
+        .build_client(false)
+        .bytes(".");
     // model_config.proto's types are generated once, in nereid-core.
     for file in fds.file.iter().filter(|f| f.name() == "model_config.proto") {
-        let names = file.message_type.iter().map(|m| m.name()).chain(file.enum_type.iter().map(|e| e.name()));
+        let names = file
+            .message_type
+            .iter()
+            .map(|m| m.name())
+            .chain(file.enum_type.iter().map(|e| e.name()));
         for name in names {
             builder = builder.extern_path(
                 format!(".inference.{name}"),

@@ -13,8 +13,12 @@ pub mod model_config;
 pub mod request;
 pub mod tensor;
 
-pub use backend::{Backend, BackendError, Batch, Device, IoSpec, ModelInstance, ModelIo, ModelSource};
+pub use backend::{
+    Backend, BackendError, Batch, Device, IoSpec, ModelInstance, ModelIo, ModelSource,
+};
 pub use datatype::DataType;
 pub use error::{Error, ErrorKind};
-pub use request::{InferRequest, InferResponse, InputTensor, Parameter, Parameters, RequestedOutput};
+pub use request::{
+    InferRequest, InferResponse, InputTensor, Parameter, Parameters, RequestedOutput,
+};
 pub use tensor::{Shape, Tensor};

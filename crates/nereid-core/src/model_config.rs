@@ -7,7 +7,8 @@ include!(concat!(env!("OUT_DIR"), "/inference.rs"));
 
 /// The encoded `FileDescriptorSet` of `model_config.proto`, for reflection
 /// (text format and JSON) over the types above.
-pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/model_config.fds"));
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/model_config.fds"));
 
 /// Full protobuf name of the `ModelConfig` message.
 pub const MODEL_CONFIG_MESSAGE: &str = "inference.ModelConfig";

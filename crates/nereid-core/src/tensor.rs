@@ -42,13 +42,21 @@ pub enum BytesFramingError {
     #[error("element {index} has a truncated 4-byte length prefix")]
     TruncatedLength { index: usize },
     #[error("element {index} declares {declared} bytes but only {available} remain")]
-    TruncatedElement { index: usize, declared: u64, available: usize },
+    TruncatedElement {
+        index: usize,
+        declared: u64,
+        available: usize,
+    },
 }
 
 /// Iterates over the elements of a `BYTES` buffer, yielding each element's
 /// bytes or the first framing error.
 pub fn bytes_elements(data: &[u8]) -> BytesElements<'_> {
-    BytesElements { rest: data, index: 0, failed: false }
+    BytesElements {
+        rest: data,
+        index: 0,
+        failed: false,
+    }
 }
 
 /// Iterator returned by [`bytes_elements`].
@@ -127,7 +135,11 @@ mod tests {
         let huge = [0xff, 0xff, 0xff, 0xff, 1];
         assert_eq!(
             count_bytes_elements(&huge),
-            Err(BytesFramingError::TruncatedElement { index: 0, declared: u32::MAX as u64, available: 1 })
+            Err(BytesFramingError::TruncatedElement {
+                index: 0,
+                declared: u32::MAX as u64,
+                available: 1
+            })
         );
     }
 

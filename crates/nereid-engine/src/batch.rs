@@ -38,7 +38,9 @@ fn input_tensor(input: &nereid_core::InputTensor) -> Tensor {
 }
 
 fn concat_inputs(requests: &[&ValidatedRequest], batching: bool) -> Vec<Tensor> {
-    let Some(first) = requests.first() else { return Vec::new() };
+    let Some(first) = requests.first() else {
+        return Vec::new();
+    };
     first
         .request
         .inputs
@@ -57,14 +59,22 @@ fn concat_inputs(requests: &[&ValidatedRequest], batching: bool) -> Vec<Tensor> 
             if batching && !shape.is_empty() {
                 shape[0] = requests.iter().map(|r| r.batch_size as i64).sum();
             }
-            Tensor { name: proto.name.clone(), datatype: proto.datatype, shape, data: data.freeze() }
+            Tensor {
+                name: proto.name.clone(),
+                datatype: proto.datatype,
+                shape,
+                data: data.freeze(),
+            }
         })
         .collect()
 }
 
 /// Splits batch outputs back into one output list per request, in request
 /// order, each holding the outputs that request asked for.
-pub fn scatter(requests: &[&ValidatedRequest], outputs: Vec<Tensor>) -> Result<Vec<Vec<Tensor>>, Error> {
+pub fn scatter(
+    requests: &[&ValidatedRequest],
+    outputs: Vec<Tensor>,
+) -> Result<Vec<Vec<Tensor>>, Error> {
     if let [single] = requests {
         return Ok(vec![pick(&single.outputs, outputs)?]);
     }
@@ -89,9 +99,10 @@ fn pick(names: &[String], mut outputs: Vec<Tensor>) -> Result<Vec<Tensor>, Error
     names
         .iter()
         .map(|name| {
-            let pos = outputs.iter().position(|t| &t.name == name).ok_or_else(|| {
-                Error::internal(format!("backend returned no output '{name}'"))
-            })?;
+            let pos = outputs
+                .iter()
+                .position(|t| &t.name == name)
+                .ok_or_else(|| Error::internal(format!("backend returned no output '{name}'")))?;
             Ok(outputs.swap_remove(pos))
         })
         .collect()
@@ -118,7 +129,12 @@ fn split_rows(output: &Tensor, sizes: &[u64]) -> Result<Vec<Tensor>, Error> {
             start_row = end_row;
             let mut shape = output.shape.clone();
             shape[0] = n as i64;
-            Tensor { name: output.name.clone(), datatype: output.datatype, shape, data }
+            Tensor {
+                name: output.name.clone(),
+                datatype: output.datatype,
+                shape,
+                data,
+            }
         })
         .collect())
 }
@@ -126,14 +142,19 @@ fn split_rows(output: &Tensor, sizes: &[u64]) -> Result<Vec<Tensor>, Error> {
 /// Byte offset where each row starts, plus the end, for `rows` rows.
 fn row_offsets(output: &Tensor, row_elements: u64, rows: u64) -> Result<Vec<usize>, Error> {
     if output.datatype != DataType::Bytes {
-        let row_bytes = if rows == 0 { 0 } else { output.data.len() / rows as usize };
+        let row_bytes = if rows == 0 {
+            0
+        } else {
+            output.data.len() / rows as usize
+        };
         return Ok((0..=rows as usize).map(|r| r * row_bytes).collect());
     }
     let mut offsets = vec![0];
     let mut pos = 0usize;
     let mut in_row = 0u64;
     for element in bytes_elements(&output.data) {
-        let element = element.map_err(|e| Error::internal(format!("output '{}': {e}", output.name)))?;
+        let element =
+            element.map_err(|e| Error::internal(format!("output '{}': {e}", output.name)))?;
         pos += 4 + element.len();
         in_row += 1;
         if in_row == row_elements {
@@ -145,7 +166,10 @@ fn row_offsets(output: &Tensor, row_elements: u64, rows: u64) -> Result<Vec<usiz
         offsets.resize(rows as usize + 1, 0);
     }
     if offsets.len() != rows as usize + 1 {
-        return Err(Error::internal(format!("output '{}' has a partial row", output.name)));
+        return Err(Error::internal(format!(
+            "output '{}' has a partial row",
+            output.name
+        )));
     }
     Ok(offsets)
 }

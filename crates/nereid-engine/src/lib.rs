@@ -27,7 +27,7 @@ use parking_lot::RwLock;
 pub use metadata::{ModelMetadata, TensorMetadata};
 pub use model::LoadedVersion;
 pub use registry::{IndexEntry, ModelState};
-pub use validate::{validate, ValidatedRequest};
+pub use validate::{ValidatedRequest, validate};
 
 use registry::{ModelEntry, Registry, VersionEntry};
 use stats::StatsSnapshot;
@@ -67,7 +67,9 @@ struct Inner {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("options", &self.inner.options).finish_non_exhaustive()
+        f.debug_struct("Engine")
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
     }
 }
 
@@ -113,21 +115,37 @@ impl Engine {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(model = %dir.name, error = %e, "model unavailable");
-                return ModelEntry { failure: Some(e.to_string()), ..ModelEntry::default() };
+                return ModelEntry {
+                    failure: Some(e.to_string()),
+                    ..ModelEntry::default()
+                };
             }
         };
         let config = Arc::new(resolved.config);
         let mut entry = ModelEntry::default();
         for v in resolved.versions {
-            let loaded = LoadedVersion::load(&resolved.backend, Arc::clone(&config), v.version, v.model_path);
+            let loaded = LoadedVersion::load(
+                &resolved.backend,
+                Arc::clone(&config),
+                v.version,
+                v.model_path,
+            );
             let version = match loaded {
                 Ok(l) => {
                     tracing::info!(model = %dir.name, version = v.version, "model ready");
-                    VersionEntry { state: ModelState::Ready, reason: String::new(), loaded: Some(Arc::new(l)) }
+                    VersionEntry {
+                        state: ModelState::Ready,
+                        reason: String::new(),
+                        loaded: Some(Arc::new(l)),
+                    }
                 }
                 Err(e) => {
                     tracing::error!(model = %dir.name, version = v.version, error = %e, "model version unavailable");
-                    VersionEntry { state: ModelState::Unavailable, reason: e.to_string(), loaded: None }
+                    VersionEntry {
+                        state: ModelState::Unavailable,
+                        reason: e.to_string(),
+                        loaded: None,
+                    }
                 }
             };
             entry.versions.insert(v.version, version);
@@ -165,14 +183,22 @@ impl Engine {
         self.inner.registry.read().resolve(name, version)
     }
 
-    pub fn model_config(&self, name: &str, version: Option<i64>) -> Result<Arc<ModelConfig>, Error> {
+    pub fn model_config(
+        &self,
+        name: &str,
+        version: Option<i64>,
+    ) -> Result<Arc<ModelConfig>, Error> {
         Ok(Arc::clone(&self.model(name, version)?.config))
     }
 
     pub fn model_metadata(&self, name: &str, version: Option<i64>) -> Result<ModelMetadata, Error> {
         let registry = self.inner.registry.read();
         let loaded = registry.resolve(name, version)?;
-        let ready: Vec<i64> = registry.loaded().filter(|(n, _)| *n == name).map(|(_, l)| l.version).collect();
+        let ready: Vec<i64> = registry
+            .loaded()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, l)| l.version)
+            .collect();
         Ok(ModelMetadata::new(&loaded.config, &ready))
     }
 
@@ -186,18 +212,32 @@ impl Engine {
     }
 
     /// Statistics of every ready version, of one model's, or of one version.
-    pub fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<Vec<VersionStatistics>, Error> {
+    pub fn statistics(
+        &self,
+        name: Option<&str>,
+        version: Option<i64>,
+    ) -> Result<Vec<VersionStatistics>, Error> {
         let registry = self.inner.registry.read();
         if let Some(name) = name {
             registry.resolve(name, version).map_err(|_| match version {
-                None => Error::invalid_argument(format!("requested model '{name}' is not available")),
-                Some(_) => Error::invalid_argument(format!("requested model version is not available for model '{name}'")),
+                None => {
+                    Error::invalid_argument(format!("requested model '{name}' is not available"))
+                }
+                Some(_) => Error::invalid_argument(format!(
+                    "requested model version is not available for model '{name}'"
+                )),
             })?;
         }
         Ok(registry
             .loaded()
-            .filter(|(n, l)| name.is_none_or(|want| want == *n) && version.is_none_or(|v| v == l.version))
-            .map(|(n, l)| VersionStatistics { name: n.to_string(), version: l.version, stats: l.stats.snapshot() })
+            .filter(|(n, l)| {
+                name.is_none_or(|want| want == *n) && version.is_none_or(|v| v == l.version)
+            })
+            .map(|(n, l)| VersionStatistics {
+                name: n.to_string(),
+                version: l.version,
+                stats: l.stats.snapshot(),
+            })
             .collect())
     }
 

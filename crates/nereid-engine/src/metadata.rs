@@ -1,7 +1,7 @@
 //! Model metadata (KServe v2 `ModelMetadataResponse`) derived from a config.
 
-use nereid_core::model_config::{DataType as ConfigDataType, ModelConfig};
 use nereid_core::DataType;
+use nereid_core::model_config::{DataType as ConfigDataType, ModelConfig};
 
 /// Name, datatype and shape of one input or output. The shape starts with
 /// `-1` for the batch dimension when the model batches.
@@ -27,15 +27,29 @@ impl ModelMetadata {
         let batching = config.max_batch_size > 0;
         let tensor = |name: &str, dt: ConfigDataType, dims: &[i64]| TensorMetadata {
             name: name.to_string(),
-            datatype: DataType::from_config(dt).map_or("INVALID", DataType::wire_name).to_string(),
-            shape: batching.then_some(-1).into_iter().chain(dims.iter().copied()).collect(),
+            datatype: DataType::from_config(dt)
+                .map_or("INVALID", DataType::wire_name)
+                .to_string(),
+            shape: batching
+                .then_some(-1)
+                .into_iter()
+                .chain(dims.iter().copied())
+                .collect(),
         };
         ModelMetadata {
             name: config.name.clone(),
             versions: ready_versions.iter().map(i64::to_string).collect(),
             platform: config.platform.clone(),
-            inputs: config.input.iter().map(|i| tensor(&i.name, i.data_type(), &i.dims)).collect(),
-            outputs: config.output.iter().map(|o| tensor(&o.name, o.data_type(), &o.dims)).collect(),
+            inputs: config
+                .input
+                .iter()
+                .map(|i| tensor(&i.name, i.data_type(), &i.dims))
+                .collect(),
+            outputs: config
+                .output
+                .iter()
+                .map(|o| tensor(&o.name, o.data_type(), &o.dims))
+                .collect(),
         }
     }
 }

@@ -5,15 +5,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use nereid_core::model_config::model_instance_group::Kind;
 use nereid_core::model_config::ModelConfig;
+use nereid_core::model_config::model_instance_group::Kind;
 use nereid_core::{Backend, Device, Error, InferRequest, InferResponse, ModelSource};
 use tokio::sync::oneshot;
 
 use crate::scheduler::{DirectScheduler, Scheduler};
 use crate::stats::ModelStats;
 use crate::validate::validate;
-use crate::worker::{start_workers, Job, WorkerContext};
+use crate::worker::{Job, WorkerContext, start_workers};
 
 /// Requests each instance may have queued before new ones are refused.
 const QUEUE_PER_INSTANCE: usize = 1024;
@@ -47,7 +47,12 @@ impl LoadedVersion {
         });
         start_workers(backend, sources, ctx, &queue_rx)?;
         let scheduler = Box::new(DirectScheduler::new(config.name.clone(), queue_tx));
-        Ok(LoadedVersion { version, config, stats, scheduler })
+        Ok(LoadedVersion {
+            version,
+            config,
+            stats,
+            scheduler,
+        })
     }
 
     /// Validates `request`, queues it and waits for its answer. Dropping the
@@ -62,17 +67,27 @@ impl LoadedVersion {
             }
         };
         let (reply, answer) = oneshot::channel();
-        self.scheduler.submit(Job { request, reply, enqueued }).inspect_err(|_| {
-            self.stats.record_failure(enqueued.elapsed());
-        })?;
-        answer
-            .await
-            .map_err(|_| Error::internal(format!("model '{}' dropped the request", self.config.name)))?
+        self.scheduler
+            .submit(Job {
+                request,
+                reply,
+                enqueued,
+            })
+            .inspect_err(|_| {
+                self.stats.record_failure(enqueued.elapsed());
+            })?;
+        answer.await.map_err(|_| {
+            Error::internal(format!("model '{}' dropped the request", self.config.name))
+        })?
     }
 }
 
 /// One `ModelSource` per instance the config's instance groups ask for.
-fn instance_sources(config: &ModelConfig, version: i64, model_path: &std::path::Path) -> Result<Vec<ModelSource>, Error> {
+fn instance_sources(
+    config: &ModelConfig,
+    version: i64,
+    model_path: &std::path::Path,
+) -> Result<Vec<ModelSource>, Error> {
     let mut devices = Vec::new();
     for group in &config.instance_group {
         let count = usize::try_from(group.count.max(1)).unwrap_or(1);
@@ -89,7 +104,9 @@ fn instance_sources(config: &ModelConfig, version: i64, model_path: &std::path::
                     devices.extend(std::iter::repeat_n(Device::Gpu(gpu), count));
                 }
             }
-            Kind::Cpu | Kind::Auto | Kind::Model => devices.extend(std::iter::repeat_n(Device::Cpu, count)),
+            Kind::Cpu | Kind::Auto | Kind::Model => {
+                devices.extend(std::iter::repeat_n(Device::Cpu, count))
+            }
         }
     }
     if devices.is_empty() {

@@ -73,19 +73,29 @@ impl Registry {
             .get(name)
             .ok_or_else(|| Error::not_found(unknown_model(name, version)))?;
         let loaded = match version {
-            Some(v) => model.versions.get(&v).and_then(|e| e.loaded.clone()).ok_or_else(|| {
-                if model.versions.contains_key(&v) {
-                    Error::unavailable(format!("Request for unknown model: '{name}' version {v} is not at ready state"))
-                } else {
-                    Error::not_found(unknown_model(name, version))
-                }
-            })?,
+            Some(v) => model
+                .versions
+                .get(&v)
+                .and_then(|e| e.loaded.clone())
+                .ok_or_else(|| {
+                    if model.versions.contains_key(&v) {
+                        Error::unavailable(format!(
+                            "Request for unknown model: '{name}' version {v} is not at ready state"
+                        ))
+                    } else {
+                        Error::not_found(unknown_model(name, version))
+                    }
+                })?,
             None => model
                 .versions
                 .values()
                 .rev()
                 .find_map(|e| e.loaded.clone())
-                .ok_or_else(|| Error::unavailable(format!("Request for unknown model: '{name}' has no available versions")))?,
+                .ok_or_else(|| {
+                    Error::unavailable(format!(
+                        "Request for unknown model: '{name}' has no available versions"
+                    ))
+                })?,
         };
         Ok(loaded)
     }
@@ -104,9 +114,11 @@ impl Registry {
 
     /// Every ready version of every model, for statistics.
     pub fn loaded(&self) -> impl Iterator<Item = (&str, &Arc<LoadedVersion>)> {
-        self.models
-            .iter()
-            .flat_map(|(name, m)| m.versions.values().filter_map(move |v| v.loaded.as_ref().map(|l| (name.as_str(), l))))
+        self.models.iter().flat_map(|(name, m)| {
+            m.versions
+                .values()
+                .filter_map(move |v| v.loaded.as_ref().map(|l| (name.as_str(), l)))
+        })
     }
 
     /// The repository index, one row per version (or per failed model).

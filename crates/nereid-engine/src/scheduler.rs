@@ -37,9 +37,10 @@ impl Scheduler for DirectScheduler {
                 "inference request for model '{}' rejected: the queue is full",
                 self.model
             ))),
-            Err(TrySendError::Disconnected(_)) => {
-                Err(Error::unavailable(format!("model '{}' is unloading", self.model)))
-            }
+            Err(TrySendError::Disconnected(_)) => Err(Error::unavailable(format!(
+                "model '{}' is unloading",
+                self.model
+            ))),
         }
     }
 }

@@ -101,7 +101,8 @@ impl ModelStats {
     /// One execution of a batch of `batch_size` inferences.
     pub fn record_execution(&self, batch_size: u64, compute: ComputeTimes) {
         self.execution_count.fetch_add(1, Ordering::Relaxed);
-        self.inference_count.fetch_add(batch_size, Ordering::Relaxed);
+        self.inference_count
+            .fetch_add(batch_size, Ordering::Relaxed);
         let mut batches = self.batches.lock();
         let entry = batches.entry(batch_size).or_default();
         add(&mut entry.compute_input, compute.input);
@@ -110,7 +111,9 @@ impl ModelStats {
     }
 
     fn touch(&self) {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         let ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
         self.last_inference_ms.store(ms, Ordering::Relaxed);
     }
@@ -179,7 +182,10 @@ mod tests {
     #[test]
     fn executions_count_inferences_per_batch() {
         let stats = ModelStats::default();
-        let t = ComputeTimes { input: Duration::from_micros(1), ..Default::default() };
+        let t = ComputeTimes {
+            input: Duration::from_micros(1),
+            ..Default::default()
+        };
         stats.record_execution(4, t);
         stats.record_execution(1, t);
         stats.record_execution(4, t);
@@ -188,6 +194,9 @@ mod tests {
         assert_eq!(s.inference_count, 9);
         assert_eq!(s.batches.len(), 2);
         assert_eq!(s.batches[1].batch_size, 4);
-        assert_eq!(s.batches[1].compute_input, DurationSnapshot { count: 2, ns: 2000 });
+        assert_eq!(
+            s.batches[1].compute_input,
+            DurationSnapshot { count: 2, ns: 2000 }
+        );
     }
 }

@@ -22,14 +22,23 @@ pub struct ValidatedRequest {
 }
 
 /// Validates `request` against `config`, applying input `reshape`s.
-pub fn validate(config: &ModelConfig, mut request: InferRequest) -> Result<ValidatedRequest, Error> {
-    let ctx = Ctx { id: request_id(&request.id), model: &config.name };
+pub fn validate(
+    config: &ModelConfig,
+    mut request: InferRequest,
+) -> Result<ValidatedRequest, Error> {
+    let ctx = Ctx {
+        id: request_id(&request.id),
+        model: &config.name,
+    };
     check_input_names(&ctx, config, &request.inputs)?;
     let batching = config.max_batch_size > 0;
     let mut batch_size = None;
     for input in &mut request.inputs {
         let Some(spec) = config.input.iter().find(|i| i.name == input.name) else {
-            return Err(ctx.invalid(format!("unexpected inference input '{}' for model '{}'", input.name, ctx.model)));
+            return Err(ctx.invalid(format!(
+                "unexpected inference input '{}' for model '{}'",
+                input.name, ctx.model
+            )));
         };
         check_datatype(&ctx, spec, input)?;
         if batching {
@@ -47,7 +56,11 @@ pub fn validate(config: &ModelConfig, mut request: InferRequest) -> Result<Valid
         apply_reshape(spec, input, batching);
     }
     let outputs = requested_outputs(&ctx, config, &request)?;
-    Ok(ValidatedRequest { request, batch_size: batch_size.unwrap_or(1), outputs })
+    Ok(ValidatedRequest {
+        request,
+        batch_size: batch_size.unwrap_or(1),
+        outputs,
+    })
 }
 
 fn request_id(id: &str) -> &str {
@@ -65,7 +78,11 @@ impl Ctx<'_> {
     }
 }
 
-fn check_input_names(ctx: &Ctx<'_>, config: &ModelConfig, inputs: &[InputTensor]) -> Result<(), Error> {
+fn check_input_names(
+    ctx: &Ctx<'_>,
+    config: &ModelConfig,
+    inputs: &[InputTensor],
+) -> Result<(), Error> {
     let mut seen = HashSet::new();
     for input in inputs {
         if !seen.insert(input.name.as_str()) {
@@ -122,10 +139,22 @@ fn check_batch_dim(ctx: &Ctx<'_>, config: &ModelConfig, input: &InputTensor) -> 
     Ok(n as u64)
 }
 
-fn check_dims(ctx: &Ctx<'_>, spec: &ModelInput, input: &InputTensor, batching: bool) -> Result<(), Error> {
-    let dims = if batching { &input.shape[1..] } else { &input.shape[..] };
+fn check_dims(
+    ctx: &Ctx<'_>,
+    spec: &ModelInput,
+    input: &InputTensor,
+    batching: bool,
+) -> Result<(), Error> {
+    let dims = if batching {
+        &input.shape[1..]
+    } else {
+        &input.shape[..]
+    };
     let fits = dims.len() == spec.dims.len()
-        && dims.iter().zip(&spec.dims).all(|(&got, &want)| got >= 0 && (want == -1 || got == want));
+        && dims
+            .iter()
+            .zip(&spec.dims)
+            .all(|(&got, &want)| got >= 0 && (want == -1 || got == want));
     if fits {
         return Ok(());
     }
@@ -149,8 +178,12 @@ fn check_byte_size(ctx: &Ctx<'_>, input: &InputTensor) -> Result<(), Error> {
     let actual = input.data.len();
     if input.datatype == DataType::Bytes {
         let expected = element_count(&input.shape).unwrap_or(u64::MAX);
-        let count = count_bytes_elements(&input.data)
-            .map_err(|e| ctx.invalid(format!("invalid BYTES data for input '{}': {e}", input.name)))?;
+        let count = count_bytes_elements(&input.data).map_err(|e| {
+            ctx.invalid(format!(
+                "invalid BYTES data for input '{}': {e}",
+                input.name
+            ))
+        })?;
         if count as u64 != expected {
             return Err(ctx.invalid(format!(
                 "expected {expected} string elements for inference input '{}', got {count}",
@@ -172,18 +205,33 @@ fn check_byte_size(ctx: &Ctx<'_>, input: &InputTensor) -> Result<(), Error> {
 
 fn apply_reshape(spec: &ModelInput, input: &mut InputTensor, batching: bool) {
     let Some(reshape) = &spec.reshape else { return };
-    let batch = if batching { input.shape.first().copied() } else { None };
-    let mut shape: Vec<i64> = batch.into_iter().chain(reshape.shape.iter().copied()).collect();
+    let batch = if batching {
+        input.shape.first().copied()
+    } else {
+        None
+    };
+    let mut shape: Vec<i64> = batch
+        .into_iter()
+        .chain(reshape.shape.iter().copied())
+        .collect();
     // A `-1` in a reshape takes whatever the request's dims leave over.
     if let Some(pos) = shape.iter().position(|&d| d == -1) {
         let total = element_count(&input.shape).unwrap_or(0);
-        let known: u64 = shape.iter().filter(|&&d| d != -1).map(|&d| d as u64).product();
-        shape[pos] = if known == 0 { 0 } else { (total / known) as i64 };
+        let known: u64 = shape
+            .iter()
+            .filter(|&&d| d != -1)
+            .map(|&d| d as u64)
+            .product();
+        shape[pos] = total.checked_div(known).unwrap_or(0) as i64;
     }
     input.shape = shape;
 }
 
-fn requested_outputs(ctx: &Ctx<'_>, config: &ModelConfig, request: &InferRequest) -> Result<Vec<String>, Error> {
+fn requested_outputs(
+    ctx: &Ctx<'_>,
+    config: &ModelConfig,
+    request: &InferRequest,
+) -> Result<Vec<String>, Error> {
     if request.outputs.is_empty() {
         return Ok(config.output.iter().map(|o| o.name.clone()).collect());
     }
@@ -206,7 +254,9 @@ fn requested_outputs(ctx: &Ctx<'_>, config: &ModelConfig, request: &InferRequest
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use nereid_core::model_config::{DataType as CfgType, ModelInput, ModelOutput, ModelTensorReshape};
+    use nereid_core::model_config::{
+        DataType as CfgType, ModelInput, ModelOutput, ModelTensorReshape,
+    };
     use nereid_core::{ErrorKind, Parameters, RequestedOutput};
 
     use super::*;
@@ -222,7 +272,12 @@ mod tests {
             name: "m".into(),
             max_batch_size: 8,
             input: vec![input("A"), input("B")],
-            output: vec![ModelOutput { name: "Y".into(), data_type: CfgType::TypeInt32 as i32, dims: vec![-1, 4], ..Default::default() }],
+            output: vec![ModelOutput {
+                name: "Y".into(),
+                data_type: CfgType::TypeInt32 as i32,
+                dims: vec![-1, 4],
+                ..Default::default()
+            }],
             ..Default::default()
         }
     }
@@ -239,7 +294,11 @@ mod tests {
     }
 
     fn request(inputs: Vec<InputTensor>) -> InferRequest {
-        InferRequest { model_name: "m".into(), inputs, ..Default::default() }
+        InferRequest {
+            model_name: "m".into(),
+            inputs,
+            ..Default::default()
+        }
     }
 
     fn error(inputs: Vec<InputTensor>) -> String {
@@ -250,7 +309,11 @@ mod tests {
 
     #[test]
     fn accepts_a_fitting_request() {
-        let v = validate(&config(), request(vec![tensor("A", &[3, 2, 4]), tensor("B", &[3, 5, 4])])).unwrap();
+        let v = validate(
+            &config(),
+            request(vec![tensor("A", &[3, 2, 4]), tensor("B", &[3, 5, 4])]),
+        )
+        .unwrap();
         assert_eq!(v.batch_size, 3);
         assert_eq!(v.outputs, ["Y"]);
     }
@@ -258,17 +321,38 @@ mod tests {
     #[test]
     fn names_what_is_wrong() {
         assert!(error(vec![tensor("A", &[1, 1, 4])]).contains("missing required input(s) ['B']"));
-        assert!(error(vec![tensor("A", &[1, 1, 4]), tensor("A", &[1, 1, 4])]).contains("input 'A' already exists"));
-        assert!(error(vec![tensor("A", &[1, 1, 4]), tensor("B", &[1, 1, 4]), tensor("C", &[1])]).contains("unexpected inference input 'C'"));
-        assert!(error(vec![tensor("A", &[1, 1, 3]), tensor("B", &[1, 1, 4])]).contains("Expected [-1,-1,4], got [1,1,3]"));
-        assert!(error(vec![tensor("A", &[9, 1, 4]), tensor("B", &[9, 1, 4])]).contains("batch-size must be <= 8"));
-        assert!(error(vec![tensor("A", &[2, 1, 4]), tensor("B", &[1, 1, 4])]).contains("batch size"));
+        assert!(
+            error(vec![tensor("A", &[1, 1, 4]), tensor("A", &[1, 1, 4])])
+                .contains("input 'A' already exists")
+        );
+        assert!(
+            error(vec![
+                tensor("A", &[1, 1, 4]),
+                tensor("B", &[1, 1, 4]),
+                tensor("C", &[1])
+            ])
+            .contains("unexpected inference input 'C'")
+        );
+        assert!(
+            error(vec![tensor("A", &[1, 1, 3]), tensor("B", &[1, 1, 4])])
+                .contains("Expected [-1,-1,4], got [1,1,3]")
+        );
+        assert!(
+            error(vec![tensor("A", &[9, 1, 4]), tensor("B", &[9, 1, 4])])
+                .contains("batch-size must be <= 8")
+        );
+        assert!(
+            error(vec![tensor("A", &[2, 1, 4]), tensor("B", &[1, 1, 4])]).contains("batch size")
+        );
         let mut short = tensor("A", &[1, 1, 4]);
         short.data = short.data.slice(0..12);
         assert!(error(vec![short, tensor("B", &[1, 1, 4])]).contains("Expected 16, got 12"));
         let mut float = tensor("A", &[1, 1, 4]);
         float.datatype = DataType::Fp32;
-        assert!(error(vec![float, tensor("B", &[1, 1, 4])]).contains("data-type is 'FP32', but model 'm' expects 'INT32'"));
+        assert!(
+            error(vec![float, tensor("B", &[1, 1, 4])])
+                .contains("data-type is 'FP32', but model 'm' expects 'INT32'")
+        );
     }
 
     #[test]
@@ -282,11 +366,19 @@ mod tests {
     #[test]
     fn unknown_and_repeated_outputs() {
         let mut r = request(vec![tensor("A", &[1, 1, 4]), tensor("B", &[1, 1, 4])]);
-        let out = |n: &str| RequestedOutput { name: n.into(), parameters: Parameters::new() };
+        let out = |n: &str| RequestedOutput {
+            name: n.into(),
+            parameters: Parameters::new(),
+        };
         r.outputs = vec![out("Y"), out("Y")];
         assert_eq!(validate(&config(), r.clone()).unwrap().outputs, ["Y"]);
         r.outputs = vec![out("Z")];
-        assert!(validate(&config(), r).unwrap_err().message().contains("unexpected inference output 'Z'"));
+        assert!(
+            validate(&config(), r)
+                .unwrap_err()
+                .message()
+                .contains("unexpected inference output 'Z'")
+        );
     }
 
     #[test]

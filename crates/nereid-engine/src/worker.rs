@@ -50,7 +50,10 @@ pub fn start_workers(
     let (loaded_tx, loaded_rx) = crossbeam_channel::bounded(sources.len());
     let count = sources.len();
     for source in sources {
-        let name = format!("{}-{}-{}", source.model_name, source.version, source.instance_index);
+        let name = format!(
+            "{}-{}-{}",
+            source.model_name, source.version, source.instance_index
+        );
         let backend = Arc::clone(backend);
         let ctx = Arc::clone(&ctx);
         let batches = batches.clone();
@@ -110,7 +113,9 @@ fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, jobs: Vec<Jo
     let requests: Vec<&ValidatedRequest> = jobs.iter().map(|j| &j.request).collect();
     let batch = gather(&requests, ctx.batching);
     let gathered = Instant::now();
-    let result = instance.execute(&batch).map_err(|e| Error::internal(e.to_string()));
+    let result = instance
+        .execute(&batch)
+        .map_err(|e| Error::internal(e.to_string()));
     drop(batch);
     let executed = Instant::now();
     let outputs = result.and_then(|outputs| scatter(&requests, outputs));
@@ -124,7 +129,8 @@ fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, jobs: Vec<Jo
             let inferences = jobs.iter().map(|j| j.request.batch_size).sum();
             ctx.stats.record_execution(inferences, times);
             for (job, outputs) in jobs.into_iter().zip(per_request) {
-                ctx.stats.record_success(job.enqueued.elapsed(), started - job.enqueued, times);
+                ctx.stats
+                    .record_success(job.enqueued.elapsed(), started - job.enqueued, times);
                 let response = InferResponse {
                     model_name: ctx.model_name.clone(),
                     model_version: ctx.version,

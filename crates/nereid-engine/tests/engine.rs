@@ -1,6 +1,8 @@
 //! The engine end to end over a temporary repository, with a fake backend
 //! whose model "files" say what to do: identity, or block until released.
 
+#![expect(clippy::unwrap_used, reason = "test helpers may panic")]
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,8 +10,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use nereid_core::backend::IoSpec;
 use nereid_core::{
-    Backend, BackendError, Batch, DataType, ErrorKind, InferRequest, InputTensor, ModelInstance, ModelIo, ModelSource,
-    Parameters, Tensor,
+    Backend, BackendError, Batch, DataType, ErrorKind, InferRequest, InputTensor, ModelInstance,
+    ModelIo, ModelSource, Parameters, Tensor,
 };
 use nereid_engine::{Engine, EngineOptions, ModelState};
 
@@ -38,11 +40,19 @@ impl Backend for FakeBackend {
         "model.fake"
     }
     fn inspect(&self, _: &Path) -> Result<ModelIo, BackendError> {
-        let spec = |name: &str| IoSpec { name: name.into(), datatype: DataType::Int32, dims: vec![-1, 2] };
-        Ok(ModelIo { inputs: vec![spec("INPUT0")], outputs: vec![spec("OUTPUT0")] })
+        let spec = |name: &str| IoSpec {
+            name: name.into(),
+            datatype: DataType::Int32,
+            dims: vec![-1, 2],
+        };
+        Ok(ModelIo {
+            inputs: vec![spec("INPUT0")],
+            outputs: vec![spec("OUTPUT0")],
+        })
     }
     fn load(&self, source: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError> {
-        let text = std::fs::read_to_string(&source.model_path).map_err(|e| BackendError::Load(e.to_string()))?;
+        let text = std::fs::read_to_string(&source.model_path)
+            .map_err(|e| BackendError::Load(e.to_string()))?;
         if text.contains("broken") {
             return Err(BackendError::Load("this model file is broken".into()));
         }
@@ -61,7 +71,10 @@ impl ModelInstance for FakeInstance {
             let _ = self.gate.recv_timeout(Duration::from_secs(10));
         }
         let input = &batch.inputs[0];
-        Ok(vec![Tensor { name: "OUTPUT0".into(), ..input.clone() }])
+        Ok(vec![Tensor {
+            name: "OUTPUT0".into(),
+            ..input.clone()
+        }])
     }
 }
 
@@ -87,8 +100,18 @@ struct Controls {
 fn engine(root: &Path) -> (Engine, Controls) {
     let (release, gate) = crossbeam_channel::unbounded();
     let (started_tx, started) = crossbeam_channel::unbounded();
-    let options = EngineOptions { repositories: vec![root.to_path_buf()], strict_model_config: false, strict_readiness: true };
-    let engine = Engine::new(options, vec![Arc::new(FakeBackend { gate, started: started_tx })]);
+    let options = EngineOptions {
+        repositories: vec![root.to_path_buf()],
+        strict_model_config: false,
+        strict_readiness: true,
+    };
+    let engine = Engine::new(
+        options,
+        vec![Arc::new(FakeBackend {
+            gate,
+            started: started_tx,
+        })],
+    );
     engine.load_all().unwrap();
     (engine, Controls { release, started })
 }
@@ -113,7 +136,12 @@ async fn a_bad_model_does_not_stop_the_others() {
     let root = tempfile::tempdir().unwrap();
     write_model(root.path(), "good", CONFIG, "identity");
     write_model(root.path(), "broken_file", CONFIG, "broken");
-    write_model(root.path(), "broken_config", "max_batch_size: -3 input [", "identity");
+    write_model(
+        root.path(),
+        "broken_config",
+        "max_batch_size: -3 input [",
+        "identity",
+    );
     let (engine, _release) = engine(root.path());
 
     let response = engine.infer(request("good", &[1, 2, 3, 4])).await.unwrap();
@@ -124,12 +152,21 @@ async fn a_bad_model_does_not_stop_the_others() {
     let row = |name: &str| index.iter().find(|r| r.name == name).unwrap().clone();
     assert_eq!(row("good").state, ModelState::Ready);
     assert_eq!(row("broken_file").state, ModelState::Unavailable);
-    assert!(row("broken_file").reason.contains("this model file is broken"), "{:?}", row("broken_file"));
+    assert!(
+        row("broken_file")
+            .reason
+            .contains("this model file is broken"),
+        "{:?}",
+        row("broken_file")
+    );
     assert_eq!(row("broken_config").state, ModelState::Unavailable);
     assert!(!row("broken_config").reason.is_empty());
     assert!(!engine.is_ready(), "strict readiness: a model failed");
 
-    let err = engine.infer(request("broken_file", &[1, 2])).await.unwrap_err();
+    let err = engine
+        .infer(request("broken_file", &[1, 2]))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unavailable);
     let err = engine.infer(request("nope", &[1, 2])).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
@@ -166,6 +203,9 @@ async fn an_abandoned_request_never_runs() {
     });
     third.await.unwrap().unwrap();
     let stats = &engine.statistics(Some("gated"), None).unwrap()[0].stats;
-    assert_eq!(stats.execution_count, 2, "the abandoned request must not execute");
+    assert_eq!(
+        stats.execution_count, 2,
+        "the abandoned request must not execute"
+    );
     assert_eq!(stats.cancelled, 1);
 }

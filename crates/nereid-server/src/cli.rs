@@ -5,8 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::builder::BoolishValueParser;
 use clap::Parser;
+use clap::builder::BoolishValueParser;
 use nereid_engine::EngineOptions;
 
 use crate::server::ServerConfig;
@@ -16,7 +16,12 @@ use crate::server::ServerConfig;
 #[command(name = "nereid", version, about)]
 pub struct Args {
     /// Model repository folder; repeat the flag for several.
-    #[arg(long = "model-repository", alias = "model-store", required = true, value_name = "PATH")]
+    #[arg(
+        long = "model-repository",
+        alias = "model-store",
+        required = true,
+        value_name = "PATH"
+    )]
     pub model_repository: Vec<PathBuf>,
 
     /// Port of the HTTP/REST endpoint.
@@ -94,9 +99,15 @@ impl Args {
                 strict_model_config: self.strict_model_config,
                 strict_readiness: self.strict_readiness,
             },
-            http: self.allow_http.then_some(SocketAddr::new(self.http_address, self.http_port)),
-            grpc: self.allow_grpc.then_some(SocketAddr::new(self.grpc_address, self.grpc_port)),
-            metrics: self.allow_metrics.then_some(SocketAddr::new(self.metrics_address, self.metrics_port)),
+            http: self
+                .allow_http
+                .then_some(SocketAddr::new(self.http_address, self.http_port)),
+            grpc: self
+                .allow_grpc
+                .then_some(SocketAddr::new(self.grpc_address, self.grpc_port)),
+            metrics: self
+                .allow_metrics
+                .then_some(SocketAddr::new(self.metrics_address, self.metrics_port)),
             exit_timeout: Duration::from_secs(self.exit_timeout_secs),
             onnxruntime_library: self.onnxruntime_library,
         })
@@ -129,7 +140,9 @@ mod tests {
 
     #[test]
     fn unknown_flags_are_named() {
-        let err = Args::try_parse_from(["nereid", "--model-repository=/a", "--backend-directory=/x"]).unwrap_err();
+        let err =
+            Args::try_parse_from(["nereid", "--model-repository=/a", "--backend-directory=/x"])
+                .unwrap_err();
         assert!(err.to_string().contains("--backend-directory"), "{err}");
     }
 }

@@ -8,7 +8,9 @@ use nereid_core::{Error, ErrorKind};
 /// HTTP status for an error kind, as Triton maps it.
 pub fn http_status(kind: ErrorKind) -> StatusCode {
     match kind {
-        ErrorKind::InvalidArgument | ErrorKind::AlreadyExists | ErrorKind::Cancelled => StatusCode::BAD_REQUEST,
+        ErrorKind::InvalidArgument | ErrorKind::AlreadyExists | ErrorKind::Cancelled => {
+            StatusCode::BAD_REQUEST
+        }
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,

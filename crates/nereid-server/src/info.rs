@@ -8,4 +8,9 @@ pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The Triton protocol extensions this server really implements; an
 /// extension is listed only once it works end to end.
-pub const EXTENSIONS: &[&str] = &["binary_tensor_data", "model_configuration", "statistics", "parameters"];
+pub const EXTENSIONS: &[&str] = &[
+    "binary_tensor_data",
+    "model_configuration",
+    "statistics",
+    "parameters",
+];

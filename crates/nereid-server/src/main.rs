@@ -4,12 +4,21 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let level = if args.log_verbose > 0 { "debug" } else { "info" };
+    let level = if args.log_verbose > 0 {
+        "debug"
+    } else {
+        "info"
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level)))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level)),
+        )
         .init();
     let config = args.into_config()?;
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(config))
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(config))
 }
 
 async fn run(config: nereid_server::ServerConfig) -> anyhow::Result<()> {

@@ -50,7 +50,11 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         Some(addr) => {
             let listener = bind(addr, "HTTP").await?;
             let local = listener.local_addr()?;
-            frontends.push(tokio::spawn(crate::http::serve(engine.clone(), listener, signal(&stopped))));
+            frontends.push(tokio::spawn(crate::http::serve(
+                engine.clone(),
+                listener,
+                signal(&stopped),
+            )));
             Some(local)
         }
         None => None,
@@ -59,7 +63,11 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         Some(addr) => {
             let listener = bind(addr, "gRPC").await?;
             let local = listener.local_addr()?;
-            frontends.push(tokio::spawn(crate::grpc::serve(engine.clone(), listener, signal(&stopped))));
+            frontends.push(tokio::spawn(crate::grpc::serve(
+                engine.clone(),
+                listener,
+                signal(&stopped),
+            )));
             Some(local)
         }
         None => None,
@@ -68,7 +76,11 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         Some(addr) => {
             let listener = bind(addr, "metrics").await?;
             let local = listener.local_addr()?;
-            frontends.push(tokio::spawn(crate::metrics::serve(engine.clone(), listener, signal(&stopped))));
+            frontends.push(tokio::spawn(crate::metrics::serve(
+                engine.clone(),
+                listener,
+                signal(&stopped),
+            )));
             Some(local)
         }
         None => None,

@@ -4,8 +4,8 @@
 
 use std::sync::LazyLock;
 
-use nereid_core::model_config::{ModelConfig, FILE_DESCRIPTOR_SET, MODEL_CONFIG_MESSAGE};
 use nereid_core::Error;
+use nereid_core::model_config::{FILE_DESCRIPTOR_SET, MODEL_CONFIG_MESSAGE, ModelConfig};
 use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
 
@@ -17,7 +17,9 @@ static MODEL_CONFIG: LazyLock<Result<MessageDescriptor, String>> = LazyLock::new
 
 /// Renders `config` as Triton's `GET /v2/models/{m}/config` body.
 pub fn model_config_json(config: &ModelConfig) -> Result<Vec<u8>, Error> {
-    let descriptor = MODEL_CONFIG.as_ref().map_err(|e| Error::internal(e.clone()))?;
+    let descriptor = MODEL_CONFIG
+        .as_ref()
+        .map_err(|e| Error::internal(e.clone()))?;
     let message = DynamicMessage::decode(descriptor.clone(), config.encode_to_vec().as_slice())
         .map_err(|e| Error::internal(format!("cannot reflect the model config: {e}")))?;
     let options = SerializeOptions::new()
@@ -51,7 +53,8 @@ mod tests {
             }],
             ..Default::default()
         };
-        let json: serde_json::Value = serde_json::from_slice(&model_config_json(&config).unwrap()).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_slice(&model_config_json(&config).unwrap()).unwrap();
         assert_eq!(json["name"], "simple");
         assert_eq!(json["max_batch_size"], 8);
         assert_eq!(json["input"][0]["data_type"], "TYPE_INT32");
@@ -59,6 +62,9 @@ mod tests {
         assert_eq!(json["input"][0]["optional"], false);
         assert_eq!(json["output"], serde_json::json!([]));
         assert!(json.get("dynamic_batching").is_none(), "{json}");
-        assert!(json.get("version_policy").is_none(), "unset messages are left out: {json}");
+        assert!(
+            json.get("version_policy").is_none(),
+            "unset messages are left out: {json}"
+        );
     }
 }

@@ -5,7 +5,9 @@
 
 use bytes::Bytes;
 use nereid_core::tensor::element_count;
-use nereid_core::{DataType, Error, InferRequest, InputTensor, Parameter, Parameters, RequestedOutput};
+use nereid_core::{
+    DataType, Error, InferRequest, InputTensor, Parameter, Parameters, RequestedOutput,
+};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -74,20 +76,30 @@ pub fn decode_infer_request(
     header_length: Option<&str>,
 ) -> Result<DecodedRequest, Error> {
     let json_len = json_length(body.len(), header_length)?;
-    let parsed: RequestJson = serde_json::from_slice(&body[..json_len])
-        .map_err(|e| Error::invalid_argument(format!("failed to parse the request JSON buffer: {e}")))?;
-    let mut binary = BinaryCursor { body: &body, offset: json_len };
+    let parsed: RequestJson = serde_json::from_slice(&body[..json_len]).map_err(|e| {
+        Error::invalid_argument(format!("failed to parse the request JSON buffer: {e}"))
+    })?;
+    let mut binary = BinaryCursor {
+        body: &body,
+        offset: json_len,
+    };
     let inputs = parsed
         .inputs
         .into_iter()
         .map(|input| decode_input(model, input, &mut binary))
         .collect::<Result<Vec<_>, _>>()?;
     if binary.offset != body.len() {
-        return Err(Error::invalid_argument(format!("unexpected additional input data for model '{model}'")));
+        return Err(Error::invalid_argument(format!(
+            "unexpected additional input data for model '{model}'"
+        )));
     }
     let mut parameters = params::from_json(parsed.parameters.unwrap_or_default(), "the request")?;
-    let default_binary = take_bool(&mut parameters, "binary_data_output", "the request")?.unwrap_or(false);
-    let mut encoding = OutputEncoding { default_binary, explicit: Vec::new() };
+    let default_binary =
+        take_bool(&mut parameters, "binary_data_output", "the request")?.unwrap_or(false);
+    let mut encoding = OutputEncoding {
+        default_binary,
+        explicit: Vec::new(),
+    };
     let outputs = parsed
         .outputs
         .unwrap_or_default()
@@ -106,7 +118,9 @@ pub fn decode_infer_request(
 }
 
 fn json_length(body_len: usize, header_length: Option<&str>) -> Result<usize, Error> {
-    let Some(value) = header_length else { return Ok(body_len) };
+    let Some(value) = header_length else {
+        return Ok(body_len);
+    };
     match value.trim().parse::<usize>() {
         Ok(n) if n > 0 && n <= body_len => Ok(n),
         _ => Err(Error::invalid_argument(format!(
@@ -135,12 +149,25 @@ impl BinaryCursor<'_> {
     }
 }
 
-fn decode_input(model: &str, input: InputJson, binary: &mut BinaryCursor<'_>) -> Result<InputTensor, Error> {
-    let InputJson { name, shape, datatype, parameters, data } = input;
-    let datatype = DataType::from_wire_name(&datatype)
-        .ok_or_else(|| Error::invalid_argument(format!("invalid datatype '{datatype}' for input '{name}'")))?;
+fn decode_input(
+    model: &str,
+    input: InputJson,
+    binary: &mut BinaryCursor<'_>,
+) -> Result<InputTensor, Error> {
+    let InputJson {
+        name,
+        shape,
+        datatype,
+        parameters,
+        data,
+    } = input;
+    let datatype = DataType::from_wire_name(&datatype).ok_or_else(|| {
+        Error::invalid_argument(format!("invalid datatype '{datatype}' for input '{name}'"))
+    })?;
     if let Some(d) = shape.iter().find(|&&d| d < 0) {
-        return Err(Error::invalid_argument(format!("input '{name}' has a negative dimension {d} in its shape")));
+        return Err(Error::invalid_argument(format!(
+            "input '{name}' has a negative dimension {d} in its shape"
+        )));
     }
     let what = format!("input '{name}'");
     let mut parameters = params::from_json(parameters.unwrap_or_default(), &what)?;
@@ -162,10 +189,19 @@ fn decode_input(model: &str, input: InputJson, binary: &mut BinaryCursor<'_>) ->
             )));
         }
     };
-    Ok(InputTensor { name, datatype, shape, data, parameters })
+    Ok(InputTensor {
+        name,
+        datatype,
+        shape,
+        data,
+        parameters,
+    })
 }
 
-fn decode_output(output: OutputJson, encoding: &mut OutputEncoding) -> Result<RequestedOutput, Error> {
+fn decode_output(
+    output: OutputJson,
+    encoding: &mut OutputEncoding,
+) -> Result<RequestedOutput, Error> {
     let what = format!("output '{}'", output.name);
     let mut parameters = params::from_json(output.parameters.unwrap_or_default(), &what)?;
     if let Some(binary) = take_bool(&mut parameters, "binary_data", &what)? {
@@ -176,14 +212,19 @@ fn decode_output(output: OutputJson, encoding: &mut OutputEncoding) -> Result<Re
             "{what} asks for classification, which this server does not support yet"
         )));
     }
-    Ok(RequestedOutput { name: output.name, parameters })
+    Ok(RequestedOutput {
+        name: output.name,
+        parameters,
+    })
 }
 
 fn take_bool(params: &mut Parameters, key: &str, what: &str) -> Result<Option<bool>, Error> {
     match params.remove(key) {
         None => Ok(None),
         Some(Parameter::Bool(b)) => Ok(Some(b)),
-        Some(_) => Err(Error::invalid_argument(format!("parameter '{key}' of {what} must be a boolean"))),
+        Some(_) => Err(Error::invalid_argument(format!(
+            "parameter '{key}' of {what} must be a boolean"
+        ))),
     }
 }
 

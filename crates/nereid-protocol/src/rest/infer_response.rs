@@ -41,7 +41,10 @@ pub struct EncodedResponse {
 
 /// Encodes `response`, sending as raw bytes the outputs `encoding` marks
 /// binary.
-pub fn encode_infer_response(response: &InferResponse, encoding: &OutputEncoding) -> Result<EncodedResponse, Error> {
+pub fn encode_infer_response(
+    response: &InferResponse,
+    encoding: &OutputEncoding,
+) -> Result<EncodedResponse, Error> {
     let binary_params: Vec<Option<Parameters>> = response
         .outputs
         .iter()
@@ -63,17 +66,22 @@ pub fn encode_infer_response(response: &InferResponse, encoding: &OutputEncoding
             datatype: DataType::wire_name(o.datatype),
             shape: &o.shape,
             parameters: params.as_ref().map(JsonParameters),
-            data: params.is_none().then_some(JsonData { datatype: o.datatype, data: &o.data }),
+            data: params.is_none().then_some(JsonData {
+                datatype: o.datatype,
+                data: &o.data,
+            }),
         })
         .collect();
     let json = ResponseJson {
         id: &response.id,
         model_name: &response.model_name,
         model_version: response.model_version.to_string(),
-        parameters: (!response.parameters.is_empty()).then_some(JsonParameters(&response.parameters)),
+        parameters: (!response.parameters.is_empty())
+            .then_some(JsonParameters(&response.parameters)),
         outputs,
     };
-    let header = serde_json::to_vec(&json).map_err(|e| Error::internal(format!("cannot encode the response: {e}")))?;
+    let header = serde_json::to_vec(&json)
+        .map_err(|e| Error::internal(format!("cannot encode the response: {e}")))?;
     let binary_len: usize = response
         .outputs
         .iter()
@@ -82,7 +90,10 @@ pub fn encode_infer_response(response: &InferResponse, encoding: &OutputEncoding
         .map(|(o, _)| o.data.len())
         .sum();
     if binary_params.iter().all(Option::is_none) {
-        return Ok(EncodedResponse { body: Bytes::from(header), header_length: None });
+        return Ok(EncodedResponse {
+            body: Bytes::from(header),
+            header_length: None,
+        });
     }
     let mut body = BytesMut::with_capacity(header.len() + binary_len);
     body.put_slice(&header);
@@ -91,5 +102,8 @@ pub fn encode_infer_response(response: &InferResponse, encoding: &OutputEncoding
             body.put_slice(&output.data);
         }
     }
-    Ok(EncodedResponse { body: body.freeze(), header_length: Some(header.len()) })
+    Ok(EncodedResponse {
+        body: body.freeze(),
+        header_length: Some(header.len()),
+    })
 }

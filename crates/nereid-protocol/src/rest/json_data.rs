@@ -11,7 +11,12 @@ use serde_json::Value;
 /// Encodes the JSON `data` of input `name` as raw bytes. `expected` is the
 /// element count the shape implies; a different count is an error before
 /// anything is allocated for the elements.
-pub fn encode(name: &str, datatype: DataType, data: &Value, expected: u64) -> Result<Vec<u8>, Error> {
+pub fn encode(
+    name: &str,
+    datatype: DataType,
+    data: &Value,
+    expected: u64,
+) -> Result<Vec<u8>, Error> {
     let mut flat = Vec::new();
     flatten(data, &mut flat);
     if flat.len() as u64 != expected {
@@ -43,7 +48,9 @@ fn push_element(out: &mut Vec<u8>, datatype: DataType, value: &Value) -> Option<
     macro_rules! int {
         ($t:ty) => {{
             let v: $t = match value {
-                Value::Number(n) => n.as_i64().and_then(|i| <$t>::try_from(i).ok())
+                Value::Number(n) => n
+                    .as_i64()
+                    .and_then(|i| <$t>::try_from(i).ok())
                     .or_else(|| n.as_u64().and_then(|u| <$t>::try_from(u).ok()))?,
                 _ => return None,
             };
@@ -123,20 +130,45 @@ mod tests {
 
     fn round_trip(datatype: DataType, data: Value, n: u64) -> Value {
         let bytes = encode("X", datatype, &data, n).unwrap();
-        serde_json::to_value(JsonData { datatype, data: &bytes }).unwrap()
+        serde_json::to_value(JsonData {
+            datatype,
+            data: &bytes,
+        })
+        .unwrap()
     }
 
     #[test]
     fn every_type_round_trips() {
-        assert_eq!(round_trip(DataType::Bool, json!([[true, false]]), 2), json!([true, false]));
-        assert_eq!(round_trip(DataType::Int8, json!([-128, 127]), 2), json!([-128, 127]));
-        assert_eq!(round_trip(DataType::Uint64, json!([u64::MAX]), 1), json!([u64::MAX]));
-        assert_eq!(round_trip(DataType::Int64, json!([i64::MIN]), 1), json!([i64::MIN]));
-        assert_eq!(round_trip(DataType::Fp16, json!([1.5, -2.0]), 2), json!([1.5, -2.0]));
+        assert_eq!(
+            round_trip(DataType::Bool, json!([[true, false]]), 2),
+            json!([true, false])
+        );
+        assert_eq!(
+            round_trip(DataType::Int8, json!([-128, 127]), 2),
+            json!([-128, 127])
+        );
+        assert_eq!(
+            round_trip(DataType::Uint64, json!([u64::MAX]), 1),
+            json!([u64::MAX])
+        );
+        assert_eq!(
+            round_trip(DataType::Int64, json!([i64::MIN]), 1),
+            json!([i64::MIN])
+        );
+        assert_eq!(
+            round_trip(DataType::Fp16, json!([1.5, -2.0]), 2),
+            json!([1.5, -2.0])
+        );
         assert_eq!(round_trip(DataType::Bf16, json!([1.5]), 1), json!([1.5]));
         assert_eq!(round_trip(DataType::Fp32, json!([0.25]), 1), json!([0.25]));
-        assert_eq!(round_trip(DataType::Fp64, json!([1e300]), 1), json!([1e300]));
-        assert_eq!(round_trip(DataType::Bytes, json!(["a", "", "é"]), 3), json!(["a", "", "é"]));
+        assert_eq!(
+            round_trip(DataType::Fp64, json!([1e300]), 1),
+            json!([1e300])
+        );
+        assert_eq!(
+            round_trip(DataType::Bytes, json!(["a", "", "é"]), 3),
+            json!(["a", "", "é"])
+        );
     }
 
     #[test]

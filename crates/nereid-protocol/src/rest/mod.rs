@@ -9,8 +9,8 @@ mod json_data;
 mod params;
 
 pub use config_json::model_config_json;
-pub use infer_request::{decode_infer_request, DecodedRequest, OutputEncoding};
-pub use infer_response::{encode_infer_response, EncodedResponse};
+pub use infer_request::{DecodedRequest, OutputEncoding, decode_infer_request};
+pub use infer_response::{EncodedResponse, encode_infer_response};
 
 /// The header that says how long the JSON part of a binary body is.
 pub const HEADER_CONTENT_LENGTH: &str = "inference-header-content-length";

@@ -207,24 +207,12 @@ impl GrpcInferenceService for InferenceService {
 }
 
 /// Statistics as Triton's `ModelStatistics` answers them: an empty name
-/// means every model (and ignores the version); an unknown model or
-/// version is INVALID_ARGUMENT with Triton's messages, not NOT_FOUND.
+/// means every model (and ignores the version); the engine words unknown
+/// models and versions as Triton does.
 fn statistics(engine: &Engine, name: &str, version: &str) -> Result<Vec<VersionStatistics>, Error> {
     let version = wire::parse_model_version(version)?;
     if name.is_empty() {
         return engine.statistics(None, None);
     }
-    let all = engine.statistics(Some(name), None).map_err(|_| {
-        Error::invalid_argument(format!("requested model '{name}' is not available"))
-    })?;
-    let Some(version) = version else {
-        return Ok(all);
-    };
-    let one: Vec<VersionStatistics> = all.into_iter().filter(|s| s.version == version).collect();
-    if one.is_empty() {
-        return Err(Error::invalid_argument(format!(
-            "requested model version is not available for model '{name}'"
-        )));
-    }
-    Ok(one)
+    engine.statistics(Some(name), version)
 }

@@ -2,10 +2,10 @@
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use nereid_engine::Engine;
-use nereid_protocol::rest::{decode_infer_request, encode_infer_response, HEADER_CONTENT_LENGTH};
+use nereid_protocol::rest::{HEADER_CONTENT_LENGTH, decode_infer_request, encode_infer_response};
 
 use super::{ApiError, ModelPath};
 
@@ -15,7 +15,9 @@ pub async fn infer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let header_length = headers.get(HEADER_CONTENT_LENGTH).and_then(|v| v.to_str().ok());
+    let header_length = headers
+        .get(HEADER_CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok());
     let decoded = decode_infer_request(&path.model, path.version, body, header_length)?;
     // Dropping this future (the client went away) abandons the request.
     let response = engine.infer(decoded.request).await?;
@@ -24,11 +26,17 @@ pub async fn infer(
     let headers = http.headers_mut();
     match encoded.header_length {
         Some(len) => {
-            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
             headers.insert(HEADER_CONTENT_LENGTH, HeaderValue::from(len));
         }
         None => {
-            headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
         }
     }
     Ok(http)

@@ -8,11 +8,12 @@ mod model;
 mod repository;
 mod server;
 
+use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{header, StatusCode};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::serve::ListenerExt;
 use nereid_core::Error;
 use nereid_engine::Engine;
 use tokio::net::TcpListener;
@@ -37,8 +38,14 @@ pub fn router(engine: Engine) -> Router {
         .route("/v2/health/ready", get(server::ready))
         .route("/v2/models/stats", get(model::all_stats))
         .route("/v2/repository/index", post(repository::index))
-        .route("/v2/repository/models/{model}/load", post(repository::not_implemented))
-        .route("/v2/repository/models/{model}/unload", post(repository::not_implemented))
+        .route(
+            "/v2/repository/models/{model}/load",
+            post(repository::not_implemented),
+        )
+        .route(
+            "/v2/repository/models/{model}/unload",
+            post(repository::not_implemented),
+        )
         .nest("/v2/models/{model}", model_routes.clone())
         .nest("/v2/models/{model}/versions/{version}", model_routes)
         .fallback(not_found)
@@ -56,7 +63,15 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    axum::serve(listener, router(engine)).with_graceful_shutdown(shutdown).await?;
+    // Small responses must not wait for Nagle's algorithm.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
+    axum::serve(listener, router(engine))
+        .with_graceful_shutdown(shutdown)
+        .await?;
     Ok(())
 }
 
@@ -105,12 +120,18 @@ pub struct ModelPath {
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ModelPath {
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
         let axum::extract::Path(params) =
             axum::extract::Path::<Vec<(String, String)>>::from_request_parts(parts, state)
                 .await
                 .map_err(|_| not_found_response())?;
-        let mut path = ModelPath { model: String::new(), version: None };
+        let mut path = ModelPath {
+            model: String::new(),
+            version: None,
+        };
         for (key, value) in params {
             match key.as_str() {
                 "model" => path.model = value,

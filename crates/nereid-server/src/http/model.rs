@@ -1,20 +1,22 @@
 //! Per-model routes: metadata, readiness, config, statistics.
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use nereid_engine::stats::{BatchSnapshot, DurationSnapshot};
 use nereid_engine::{Engine, VersionStatistics};
 use serde::Serialize;
 
-use super::{error_response, json_response, ApiError, ModelPath};
+use super::{ApiError, ModelPath, error_response, json_response};
 
 pub async fn metadata(State(engine): State<Engine>, path: ModelPath) -> Result<Response, ApiError> {
     let m = engine.model_metadata(&path.model, path.version)?;
     let tensors = |ts: &[nereid_engine::TensorMetadata]| -> Vec<serde_json::Value> {
         ts.iter()
-            .map(|t| serde_json::json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape }))
+            .map(
+                |t| serde_json::json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape }),
+            )
             .collect()
     };
     Ok(Json(serde_json::json!({
@@ -39,7 +41,9 @@ pub async fn ready(State(engine): State<Engine>, path: ModelPath) -> Response {
 
 pub async fn config(State(engine): State<Engine>, path: ModelPath) -> Result<Response, ApiError> {
     let config = engine.model_config(&path.model, path.version)?;
-    Ok(json_response(nereid_protocol::rest::model_config_json(&config)?))
+    Ok(json_response(nereid_protocol::rest::model_config_json(
+        &config,
+    )?))
 }
 
 pub async fn stats(State(engine): State<Engine>, path: ModelPath) -> Result<Response, ApiError> {
@@ -98,7 +102,10 @@ struct Duration {
 
 impl From<DurationSnapshot> for Duration {
     fn from(d: DurationSnapshot) -> Self {
-        Duration { count: d.count, ns: d.ns }
+        Duration {
+            count: d.count,
+            ns: d.ns,
+        }
     }
 }
 

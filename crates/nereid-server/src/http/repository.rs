@@ -1,10 +1,10 @@
 //! The model repository extension: the index is served; load and unload
 //! come with model control modes and say so until then.
 
+use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use nereid_core::Error;
 use nereid_engine::{Engine, ModelState};
 use serde::{Deserialize, Serialize};
@@ -32,8 +32,9 @@ pub async fn index(State(engine): State<Engine>, body: Bytes) -> Result<Response
     let request: IndexRequest = if body.iter().all(u8::is_ascii_whitespace) {
         IndexRequest::default()
     } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| Error::invalid_argument(format!("failed to parse the request JSON buffer: {e}")))?
+        serde_json::from_slice(&body).map_err(|e| {
+            Error::invalid_argument(format!("failed to parse the request JSON buffer: {e}"))
+        })?
     };
     let rows: Vec<IndexRow> = engine
         .index()

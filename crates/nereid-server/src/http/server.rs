@@ -1,20 +1,28 @@
 //! Server-level routes: health and server metadata.
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use nereid_engine::Engine;
 
 use crate::info;
 
 pub async fn live(State(engine): State<Engine>) -> StatusCode {
-    if engine.is_live() { StatusCode::OK } else { StatusCode::BAD_REQUEST }
+    if engine.is_live() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    }
 }
 
 /// Triton answers 400 with an empty body while not ready.
 pub async fn ready(State(engine): State<Engine>) -> StatusCode {
-    if engine.is_ready() { StatusCode::OK } else { StatusCode::BAD_REQUEST }
+    if engine.is_ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    }
 }
 
 pub async fn metadata() -> Response {
