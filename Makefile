@@ -8,13 +8,14 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 ORT_DYLIB_PATH = $(shell scripts/ort-path.sh)
 export ORT_DYLIB_PATH
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 DEFAULT_REPOSITORY := $(if $(findstring --model-repository,$(ARGS)),,--model-repository model_repository)
 
 .PHONY: run test setup setup-test release build models lint fmt unit-test python-test perf-smoke bench clean
 
 ## Serve model_repository/ on HTTP 8000, gRPC 8001, metrics 8002.
 run: setup release
-	./target/release/nereid $(DEFAULT_REPOSITORY) $(ARGS)
+	$(TARGET_DIR)/release/nereid $(DEFAULT_REPOSITORY) $(ARGS)
 
 ## Set up what the tests need and run them all.
 test: setup-test lint unit-test python-test perf-smoke
@@ -42,10 +43,10 @@ unit-test:
 	$(CARGO) test --workspace
 
 python-test: build
-	NEREID_BIN=target/debug/nereid $(PYTHON) -m pytest -q tests/python
+	NEREID_BIN=$(TARGET_DIR)/debug/nereid $(PYTHON) -m pytest -q tests/python
 
 perf-smoke: build
-	NEREID_BIN=target/debug/nereid tests/perf_smoke.sh
+	NEREID_BIN=$(TARGET_DIR)/debug/nereid tests/perf_smoke.sh
 
 bench: setup-test release
 	benches/run.sh
