@@ -1,0 +1,234 @@
+//! The batcher's queue as plain state: pushing requests, expiring them by
+//! their queue policy, and deciding when to dispatch which batch. No I/O,
+//! no tasks: the actor in `batcher.rs` calls it, and tests drive it with a
+//! paused clock.
+//!
+//! How a batch is chosen, given an idle instance:
+//! 1. The head is the oldest request of the highest priority level
+//!    (delayed requests come after every level). The batch takes, in that
+//!    order, requests with the head's shape until `max_batch_size`.
+//! 2. It goes at once when it is full, when it reaches the largest
+//!    preferred size (trimmed to it), when the queue delay is zero, or when
+//!    every instance is idle: then no running batch can free more work and
+//!    waiting would only add latency ("waiting cannot make it bigger").
+//! 3. Otherwise, while another instance is busy, it waits for more requests
+//!    until its oldest request has waited `max_queue_delay`, then goes,
+//!    trimmed to the largest preferred size it reached.
+
+use std::collections::VecDeque;
+
+use nereid_core::Error;
+use tokio::time::Instant;
+
+use crate::policy::{BatcherConfig, TimeoutAction};
+use crate::Pending;
+
+struct Entry<T> {
+    item: T,
+    enqueued: Instant,
+    deadline: Option<Instant>,
+    action: TimeoutAction,
+    size: u64,
+    key: u64,
+}
+
+/// What one call to [`QueueState::step`] decided.
+#[derive(Debug)]
+pub struct Step<T> {
+    /// A batch for the idle instance, in queue order.
+    pub dispatch: Option<Vec<T>>,
+    /// When to look again even if nothing arrives (a delay or a timeout).
+    pub wake_at: Option<Instant>,
+    /// Requests whose queue timeout expired under a REJECT policy.
+    pub expired: Vec<T>,
+    /// Requests whose clients went away.
+    pub abandoned: Vec<T>,
+}
+
+/// The queues of one model.
+pub struct QueueState<T> {
+    config: BatcherConfig,
+    levels: Vec<VecDeque<Entry<T>>>,
+    delayed: VecDeque<Entry<T>>,
+}
+
+impl<T> std::fmt::Debug for QueueState<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueState").field("model", &self.config.model).finish_non_exhaustive()
+    }
+}
+
+impl<T: Pending> QueueState<T> {
+    pub fn new(config: BatcherConfig) -> Self {
+        let levels = config.levels.iter().map(|_| VecDeque::new()).collect();
+        QueueState { config, levels, delayed: VecDeque::new() }
+    }
+
+    pub fn config(&self) -> &BatcherConfig {
+        &self.config
+    }
+
+    /// Requests waiting, all levels together.
+    pub fn len(&self) -> usize {
+        self.levels.iter().map(VecDeque::len).sum::<usize>() + self.delayed.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Queues `item`, or hands it back with the error to answer it with
+    /// when its level is full.
+    pub fn push(&mut self, item: T, now: Instant) -> Result<(), (T, Error)> {
+        let level = self.config.level_of(item.priority());
+        let policy = &self.config.levels[level];
+        if self.levels[level].len() >= policy.max_queue_size {
+            let error = Error::unavailable(format!(
+                "inference request for model '{}' rejected: the queue of priority level {} is full ({} requests)",
+                self.config.model,
+                level + 1,
+                policy.max_queue_size
+            ));
+            return Err((item, error));
+        }
+        let deadline = policy.timeout(item.timeout()).map(|t| now + t);
+        let entry = Entry {
+            size: item.batch_size().max(1),
+            key: item.shape_key(),
+            action: policy.timeout_action,
+            item,
+            enqueued: now,
+            deadline,
+        };
+        self.levels[level].push_back(entry);
+        Ok(())
+    }
+
+    /// Expires and prunes the queue, then decides whether to dispatch a
+    /// batch given `idle` and `busy` instance counts.
+    pub fn step(&mut self, now: Instant, idle: usize, busy: usize) -> Step<T> {
+        let (expired, abandoned) = self.prune(now);
+        let mut step = Step { dispatch: None, wake_at: self.earliest_deadline(), expired, abandoned };
+        if idle == 0 || self.is_empty() {
+            return step;
+        }
+        let (picked, total, oldest) = self.candidate();
+        let preferred = self.largest_preferred(total);
+        let full = total >= self.config.max_batch_size
+            || self.config.preferred_batch_sizes.last().is_some_and(|&p| total >= p);
+        let delay_over = now >= oldest + self.config.max_queue_delay;
+        if full || busy == 0 || delay_over {
+            let limit = preferred.unwrap_or(total);
+            step.dispatch = Some(self.take(&picked, limit));
+            step.wake_at = self.earliest_deadline();
+        } else {
+            let due = oldest + self.config.max_queue_delay;
+            step.wake_at = Some(step.wake_at.map_or(due, |w| w.min(due)));
+        }
+        step
+    }
+
+    /// Removes timed-out (REJECT) and abandoned requests; moves timed-out
+    /// DELAY requests behind every other.
+    fn prune(&mut self, now: Instant) -> (Vec<T>, Vec<T>) {
+        let (mut expired, mut abandoned) = (Vec::new(), Vec::new());
+        let mut delayed = Vec::new();
+        for queue in self.levels.iter_mut().chain(std::iter::once(&mut self.delayed)) {
+            let mut kept = VecDeque::with_capacity(queue.len());
+            for mut entry in queue.drain(..) {
+                if entry.item.is_abandoned() {
+                    abandoned.push(entry.item);
+                } else if entry.deadline.is_some_and(|d| d <= now) {
+                    match entry.action {
+                        TimeoutAction::Reject => expired.push(entry.item),
+                        TimeoutAction::Delay => {
+                            entry.deadline = None;
+                            delayed.push(entry);
+                        }
+                    }
+                } else {
+                    kept.push_back(entry);
+                }
+            }
+            *queue = kept;
+        }
+        self.delayed.extend(delayed);
+        (expired, abandoned)
+    }
+
+    fn earliest_deadline(&self) -> Option<Instant> {
+        self.ordered().filter_map(|(_, _, e)| e.deadline).min()
+    }
+
+    /// Every entry in dispatch order, with its queue and position.
+    fn ordered(&self) -> impl Iterator<Item = (usize, usize, &Entry<T>)> {
+        self.levels
+            .iter()
+            .chain(std::iter::once(&self.delayed))
+            .enumerate()
+            .flat_map(|(q, queue)| queue.iter().enumerate().map(move |(i, e)| (q, i, e)))
+    }
+
+    /// The requests the next batch would hold: (queue, index) pairs, their
+    /// total size, and the oldest enqueue time among them.
+    fn candidate(&self) -> (Vec<(usize, usize)>, u64, Instant) {
+        let mut picked = Vec::new();
+        let mut total = 0;
+        let mut oldest: Option<Instant> = None;
+        let mut key = None;
+        for (q, i, entry) in self.ordered() {
+            let head = *key.get_or_insert(entry.key);
+            // The head always goes, even if it alone exceeds the maximum.
+            let fits = picked.is_empty() || total + entry.size <= self.config.max_batch_size;
+            if entry.key != head || !fits {
+                continue;
+            }
+            picked.push((q, i));
+            total += entry.size;
+            oldest = Some(oldest.map_or(entry.enqueued, |o| o.min(entry.enqueued)));
+            if total >= self.config.max_batch_size {
+                break;
+            }
+        }
+        (picked, total, oldest.unwrap_or_else(Instant::now))
+    }
+
+    fn largest_preferred(&self, total: u64) -> Option<u64> {
+        self.config.preferred_batch_sizes.iter().copied().filter(|&p| p <= total).max()
+    }
+
+    /// Removes the picked entries, in order, while they fit in `limit`.
+    fn take(&mut self, picked: &[(usize, usize)], limit: u64) -> Vec<T> {
+        let mut chosen = Vec::new();
+        let mut total = 0;
+        for &(q, i) in picked {
+            let size = self.queue(q)[i].size;
+            if total > 0 && total + size > limit {
+                break;
+            }
+            total += size;
+            chosen.push((q, i));
+        }
+        // Remove from the back so earlier indices stay valid.
+        let mut items: Vec<(usize, T)> = Vec::with_capacity(chosen.len());
+        for (n, &(q, i)) in chosen.iter().enumerate().rev() {
+            if let Some(entry) = self.queue_mut(q).remove(i) {
+                items.push((n, entry.item));
+            }
+        }
+        items.sort_by_key(|(n, _)| *n);
+        items.into_iter().map(|(_, item)| item).collect()
+    }
+
+    fn queue(&self, q: usize) -> &VecDeque<Entry<T>> {
+        self.levels.get(q).unwrap_or(&self.delayed)
+    }
+
+    fn queue_mut(&mut self, q: usize) -> &mut VecDeque<Entry<T>> {
+        if q < self.levels.len() { &mut self.levels[q] } else { &mut self.delayed }
+    }
+}
+
+#[cfg(test)]
+#[path = "queue_tests.rs"]
+mod tests;

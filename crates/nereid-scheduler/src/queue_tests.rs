@@ -1,0 +1,191 @@
+//! Queue state under a paused clock.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nereid_core::Error;
+use tokio::time::{advance, Instant};
+
+use crate::policy::{BatcherConfig, LevelPolicy, TimeoutAction};
+use crate::{Pending, QueueState};
+
+#[derive(Debug)]
+struct Req {
+    id: u32,
+    size: u64,
+    key: u64,
+    priority: u64,
+    timeout: Option<Duration>,
+    gone: Arc<AtomicBool>,
+}
+
+fn req(id: u32) -> Req {
+    Req { id, size: 1, key: 0, priority: 0, timeout: None, gone: Arc::new(AtomicBool::new(false)) }
+}
+
+impl Pending for Req {
+    fn batch_size(&self) -> u64 {
+        self.size
+    }
+    fn shape_key(&self) -> u64 {
+        self.key
+    }
+    fn priority(&self) -> u64 {
+        self.priority
+    }
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+    fn is_abandoned(&self) -> bool {
+        self.gone.load(Ordering::SeqCst)
+    }
+    fn reject(self, _: Error) {}
+    fn cancel(self) {}
+}
+
+fn config(max: u64, delay_us: u64) -> BatcherConfig {
+    BatcherConfig {
+        model: "m".into(),
+        max_batch_size: max,
+        preferred_batch_sizes: Vec::new(),
+        max_queue_delay: Duration::from_micros(delay_us),
+        preserve_ordering: false,
+        levels: vec![LevelPolicy::default()],
+        default_level: 0,
+    }
+}
+
+fn ids(batch: Option<Vec<Req>>) -> Vec<u32> {
+    batch.unwrap_or_default().iter().map(|r| r.id).collect()
+}
+
+fn queue(config: BatcherConfig, reqs: impl IntoIterator<Item = Req>) -> QueueState<Req> {
+    let mut q = QueueState::new(config);
+    for r in reqs {
+        q.push(r, Instant::now()).unwrap();
+    }
+    q
+}
+
+#[tokio::test(start_paused = true)]
+async fn waits_out_the_delay_while_another_instance_is_busy() {
+    let mut q = queue(config(8, 1000), [req(1), req(2)]);
+    let step = q.step(Instant::now(), 1, 1);
+    assert!(step.dispatch.is_none());
+    assert_eq!(step.wake_at, Some(Instant::now() + Duration::from_micros(1000)));
+    advance(Duration::from_micros(999)).await;
+    assert!(q.step(Instant::now(), 1, 1).dispatch.is_none());
+    advance(Duration::from_micros(1)).await;
+    assert_eq!(ids(q.step(Instant::now(), 1, 1).dispatch), [1, 2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_model_dispatches_at_once() {
+    let mut q = queue(config(8, 100_000), [req(1)]);
+    assert_eq!(ids(q.step(Instant::now(), 2, 0).dispatch), [1]);
+    assert!(q.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_leaves_without_an_idle_instance() {
+    let mut q = queue(config(8, 0), [req(1)]);
+    assert!(q.step(Instant::now(), 0, 2).dispatch.is_none());
+    assert_eq!(ids(q.step(Instant::now(), 1, 1).dispatch), [1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_preferred_size_is_chosen() {
+    let mut c = config(8, 100_000);
+    c.preferred_batch_sizes = vec![2, 4];
+    let mut q = queue(c, (1..=6).map(req));
+    assert_eq!(ids(q.step(Instant::now(), 1, 1).dispatch), [1, 2, 3, 4]);
+    // Two left: below the largest preferred size, so they wait for the delay...
+    assert!(q.step(Instant::now(), 1, 1).dispatch.is_none());
+    advance(Duration::from_millis(100)).await;
+    // ...then go trimmed to the preferred size they reached.
+    assert_eq!(ids(q.step(Instant::now(), 1, 1).dispatch), [5, 6]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_maximum_is_never_exceeded() {
+    let big = |id| Req { size: 3, ..req(id) };
+    let mut q = queue(config(8, 0), (1..=5).map(big));
+    let mut sizes = Vec::new();
+    while !q.is_empty() {
+        let batch = q.step(Instant::now(), 1, 0).dispatch.unwrap();
+        sizes.push(batch.iter().map(|r| r.size).sum::<u64>());
+    }
+    assert_eq!(sizes, [6, 6, 3]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_equal_shapes_share_a_batch() {
+    let shaped = |id, key| Req { key, ..req(id) };
+    let mut q = queue(config(8, 0), [shaped(1, 7), shaped(2, 9), shaped(3, 7)]);
+    assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [1, 3]);
+    assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [2]);
+}
+
+fn two_levels() -> BatcherConfig {
+    let mut c = config(1, 0);
+    c.levels = vec![LevelPolicy::default(), LevelPolicy::default()];
+    c.default_level = 1;
+    c
+}
+
+#[tokio::test(start_paused = true)]
+async fn higher_priority_goes_first() {
+    let prio = |id, priority| Req { priority, ..req(id) };
+    let mut q = queue(two_levels(), [prio(1, 2), prio(2, 0), prio(3, 1)]);
+    let order: Vec<u32> = (0..3).flat_map(|_| ids(q.step(Instant::now(), 1, 0).dispatch)).collect();
+    assert_eq!(order, [3, 1, 2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeouts_reject() {
+    let mut c = config(8, 0);
+    c.levels[0].default_timeout = Some(Duration::from_micros(100));
+    let mut q = queue(c, [req(1)]);
+    let step = q.step(Instant::now(), 0, 1);
+    assert_eq!(step.wake_at, Some(Instant::now() + Duration::from_micros(100)));
+    advance(Duration::from_micros(100)).await;
+    let step = q.step(Instant::now(), 0, 1);
+    assert_eq!(step.expired.iter().map(|r| r.id).collect::<Vec<_>>(), [1]);
+    assert!(q.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeouts_delay_behind_the_rest() {
+    let mut c = config(1, 0);
+    c.levels[0].timeout_action = TimeoutAction::Delay;
+    c.levels[0].allow_timeout_override = true;
+    let hurried = Req { timeout: Some(Duration::from_micros(50)), ..req(1) };
+    let mut q = queue(c, [hurried, req(2)]);
+    advance(Duration::from_micros(60)).await;
+    let step = q.step(Instant::now(), 1, 0);
+    assert!(step.expired.is_empty());
+    assert_eq!(ids(step.dispatch), [2]);
+    assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_level_refuses_at_once() {
+    let mut c = config(8, 0);
+    c.levels[0].max_queue_size = 2;
+    let mut q = queue(c, [req(1), req(2)]);
+    let (back, error) = q.push(req(3), Instant::now()).unwrap_err();
+    assert_eq!(back.id, 3);
+    assert_eq!(error.kind(), nereid_core::ErrorKind::Unavailable);
+    assert!(error.message().contains("full"), "{error}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn abandoned_requests_are_dropped_before_batching() {
+    let gone = req(1);
+    gone.gone.store(true, Ordering::SeqCst);
+    let mut q = queue(config(8, 0), [gone, req(2)]);
+    let step = q.step(Instant::now(), 1, 0);
+    assert_eq!(step.abandoned.iter().map(|r| r.id).collect::<Vec<_>>(), [1]);
+    assert_eq!(ids(step.dispatch), [2]);
+}
