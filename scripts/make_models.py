@@ -238,6 +238,7 @@ def write_examples(repo: Path) -> None:
             64,
             [Io("INPUT", "TYPE_FP32", TensorProto.FLOAT, (256,))],
             [Io("OUTPUT", "TYPE_FP32", TensorProto.FLOAT, (16,))],
+            extra="dynamic_batching {\n  max_queue_delay_microseconds: 2000\n}\n",
         ),
     )
     write_model(

@@ -10,10 +10,13 @@ use nereid_core::model_config::model_instance_group::Kind;
 use nereid_core::{Backend, Device, Error, InferRequest, InferResponse, ModelSource};
 use tokio::sync::oneshot;
 
-use crate::scheduler::{DirectScheduler, Scheduler};
+use nereid_scheduler::{BatcherConfig, ResponseOrder};
+
+use crate::scheduler::job::Job;
+use crate::scheduler::{BatchingScheduler, DirectScheduler, Scheduler};
 use crate::stats::ModelStats;
 use crate::validate::validate;
-use crate::worker::{Job, WorkerContext, start_workers};
+use crate::worker::{WorkerContext, start_workers};
 
 /// Requests each instance may have queued before new ones are refused.
 const QUEUE_PER_INSTANCE: usize = 1024;
@@ -25,19 +28,24 @@ pub struct LoadedVersion {
     pub config: Arc<ModelConfig>,
     pub stats: Arc<ModelStats>,
     scheduler: Box<dyn Scheduler>,
+    /// Set when the config asks to `preserve_ordering`.
+    order: Option<ResponseOrder>,
 }
 
 impl LoadedVersion {
     /// Starts every configured instance of `version`; blocks until all are
-    /// loaded or one fails.
+    /// loaded or one fails. A model with `dynamic_batching` gets a batcher.
     pub fn load(
         backend: &Arc<dyn Backend>,
         config: Arc<ModelConfig>,
         version: i64,
         model_path: std::path::PathBuf,
     ) -> Result<LoadedVersion, Error> {
+        let batching = BatcherConfig::from_model_config(&config)
+            .map_err(|e| Error::invalid_argument(e.to_string()))?;
         let sources = instance_sources(&config, version, &model_path)?;
-        let (queue_tx, queue_rx) = crossbeam_channel::bounded(QUEUE_PER_INSTANCE * sources.len());
+        let instances = sources.len();
+        let (queue_tx, queue_rx) = crossbeam_channel::bounded(QUEUE_PER_INSTANCE * instances);
         let stats = Arc::new(ModelStats::default());
         let ctx = Arc::new(WorkerContext {
             model_name: config.name.clone(),
@@ -46,12 +54,23 @@ impl LoadedVersion {
             stats: Arc::clone(&stats),
         });
         start_workers(backend, sources, ctx, &queue_rx)?;
-        let scheduler = Box::new(DirectScheduler::new(config.name.clone(), queue_tx));
+        let order = batching
+            .as_ref()
+            .filter(|b| b.preserve_ordering)
+            .map(|_| ResponseOrder::default());
+        let scheduler: Box<dyn Scheduler> = match batching {
+            Some(batcher) => {
+                let handle = nereid_scheduler::spawn(batcher, instances, queue_tx)?;
+                Box::new(BatchingScheduler::new(handle))
+            }
+            None => Box::new(DirectScheduler::new(config.name.clone(), queue_tx)),
+        };
         Ok(LoadedVersion {
             version,
             config,
             stats,
             scheduler,
+            order,
         })
     }
 
@@ -67,15 +86,13 @@ impl LoadedVersion {
             }
         };
         let (reply, answer) = oneshot::channel();
-        self.scheduler
-            .submit(Job {
-                request,
-                reply,
-                enqueued,
-            })
-            .inspect_err(|_| {
-                self.stats.record_failure(enqueued.elapsed());
-            })?;
+        let ticket = self.order.as_ref().map(ResponseOrder::ticket);
+        let submitted = Job::new(request, reply, Arc::clone(&self.stats), ticket)
+            .and_then(|job| self.scheduler.submit(job));
+        if let Err(e) = submitted {
+            self.stats.record_failure(enqueued.elapsed());
+            return Err(e);
+        }
         answer.await.map_err(|_| {
             Error::internal(format!("model '{}' dropped the request", self.config.name))
         })?

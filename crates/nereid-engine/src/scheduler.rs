@@ -1,12 +1,15 @@
 //! The seam between the engine and the queues in front of a model's
 //! instances. The default scheduler hands each request to the next idle
-//! instance on its own; the dynamic batcher (crate `nereid-scheduler`, to
-//! come) forms batches of several requests and sends them the same way.
+//! instance on its own; the dynamic batcher (crate `nereid-scheduler`)
+//! forms batches of several requests and sends them the same way.
 
 use crossbeam_channel::{Sender, TrySendError};
 use nereid_core::Error;
+use nereid_scheduler::{BatcherHandle, Dispatch};
 
-use crate::worker::Job;
+pub mod job;
+
+use job::Job;
 
 /// Accepts jobs for one model version and passes them to its instances.
 pub trait Scheduler: Send + Sync + std::fmt::Debug {
@@ -20,18 +23,21 @@ pub trait Scheduler: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 pub struct DirectScheduler {
     model: String,
-    queue: Sender<Vec<Job>>,
+    queue: Sender<Dispatch<Job>>,
 }
 
 impl DirectScheduler {
-    pub fn new(model: String, queue: Sender<Vec<Job>>) -> Self {
+    pub fn new(model: String, queue: Sender<Dispatch<Job>>) -> Self {
         DirectScheduler { model, queue }
     }
 }
 
 impl Scheduler for DirectScheduler {
     fn submit(&self, job: Job) -> Result<(), Error> {
-        match self.queue.try_send(vec![job]) {
+        match self.queue.try_send(Dispatch {
+            items: vec![job],
+            permit: None,
+        }) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => Err(Error::unavailable(format!(
                 "inference request for model '{}' rejected: the queue is full",
@@ -42,5 +48,23 @@ impl Scheduler for DirectScheduler {
                 self.model
             ))),
         }
+    }
+}
+
+/// Triton's dynamic batcher, from `nereid-scheduler`.
+#[derive(Debug)]
+pub struct BatchingScheduler {
+    batcher: BatcherHandle<Job>,
+}
+
+impl BatchingScheduler {
+    pub fn new(batcher: BatcherHandle<Job>) -> Self {
+        BatchingScheduler { batcher }
+    }
+}
+
+impl Scheduler for BatchingScheduler {
+    fn submit(&self, job: Job) -> Result<(), Error> {
+        self.batcher.submit(job)
     }
 }

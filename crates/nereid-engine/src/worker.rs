@@ -9,26 +9,12 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 use nereid_core::{Backend, Error, InferResponse, ModelInstance, ModelSource, Parameters};
-use tokio::sync::oneshot;
+use nereid_scheduler::{Dispatch, Pending};
 
 use crate::batch::{gather, scatter};
+use crate::scheduler::job::Job;
 use crate::stats::{ComputeTimes, ModelStats};
 use crate::validate::ValidatedRequest;
-
-/// A validated request waiting for an instance, with where its answer goes.
-#[derive(Debug)]
-pub struct Job {
-    pub request: ValidatedRequest,
-    pub reply: oneshot::Sender<Result<InferResponse, Error>>,
-    pub enqueued: Instant,
-}
-
-impl Job {
-    /// Whether the client stopped waiting (connection closed, RPC cancelled).
-    pub fn is_abandoned(&self) -> bool {
-        self.reply.is_closed()
-    }
-}
 
 /// What every worker of one model version shares.
 #[derive(Debug)]
@@ -45,7 +31,7 @@ pub fn start_workers(
     backend: &Arc<dyn Backend>,
     sources: Vec<ModelSource>,
     ctx: Arc<WorkerContext>,
-    batches: &Receiver<Vec<Job>>,
+    batches: &Receiver<Dispatch<Job>>,
 ) -> Result<(), Error> {
     let (loaded_tx, loaded_rx) = crossbeam_channel::bounded(sources.len());
     let count = sources.len();
@@ -78,7 +64,7 @@ fn run_worker(
     backend: &dyn Backend,
     source: &ModelSource,
     ctx: &WorkerContext,
-    batches: &Receiver<Vec<Job>>,
+    batches: &Receiver<Dispatch<Job>>,
     loaded: &Sender<Result<(), Error>>,
 ) {
     let mut instance = match backend.load(source) {
@@ -95,17 +81,17 @@ fn run_worker(
         return;
     }
     tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance ready");
-    while let Ok(jobs) = batches.recv() {
-        run_batch(instance.as_mut(), ctx, jobs);
+    while let Ok(dispatch) = batches.recv() {
+        run_batch(instance.as_mut(), ctx, dispatch.items);
+        // Frees this instance's slot in the batcher.
+        drop(dispatch.permit);
     }
     tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance stopped");
 }
 
 fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, jobs: Vec<Job>) {
     let (jobs, abandoned): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| !j.is_abandoned());
-    for _ in &abandoned {
-        ctx.stats.record_cancelled();
-    }
+    abandoned.into_iter().for_each(Pending::cancel);
     if jobs.is_empty() {
         return;
     }
@@ -138,14 +124,14 @@ fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, jobs: Vec<Jo
                     outputs,
                     parameters: Parameters::new(),
                 };
-                let _ = job.reply.send(Ok(response));
+                job.answer(Ok(response));
             }
         }
         Err(e) => {
             tracing::warn!(model = %ctx.model_name, version = ctx.version, error = %e, "execution failed");
             for job in jobs {
                 ctx.stats.record_failure(job.enqueued.elapsed());
-                let _ = job.reply.send(Err(e.clone()));
+                job.answer(Err(e.clone()));
             }
         }
     }

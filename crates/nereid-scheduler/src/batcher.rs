@@ -3,15 +3,15 @@
 //! are a semaphore, and a batch leaves only with a slot reserved for it, so
 //! a busy model pushes back on its queue instead of piling up batches.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use nereid_core::Error;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
 
+use crate::Pending;
 use crate::policy::BatcherConfig;
 use crate::queue::QueueState;
-use crate::Pending;
 
 /// A batch on its way to an instance. The instance drops `permit` when the
 /// batch is done, which frees its slot.
@@ -37,26 +37,56 @@ impl<T: Pending> BatcherHandle<T> {
                 "inference request for model '{}' rejected: the queue is full",
                 self.model
             )),
-            mpsc::error::TrySendError::Closed(_) => Error::unavailable(format!("model '{}' is unloading", self.model)),
+            mpsc::error::TrySendError::Closed(_) => {
+                Error::unavailable(format!("model '{}' is unloading", self.model))
+            }
         })
     }
 }
 
-/// Starts the batcher of one model version on `runtime`. Batches go to
-/// `out`, which the model's `instances` instance threads read.
+/// The runtime every batcher runs on: one thread of its own, so batch
+/// timing never waits behind request handling, and models can be loaded
+/// from any thread.
+fn runtime() -> Result<&'static tokio::runtime::Handle, Error> {
+    static RUNTIME: OnceLock<Result<tokio::runtime::Handle, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .map_err(|e| format!("cannot start the batcher runtime: {e}"))?;
+            let handle = runtime.handle().clone();
+            std::thread::Builder::new()
+                .name("nereid-batcher".into())
+                .spawn(move || runtime.block_on(std::future::pending::<()>()))
+                .map_err(|e| format!("cannot start the batcher thread: {e}"))?;
+            Ok(handle)
+        })
+        .as_ref()
+        .map_err(|e| Error::internal(e.clone()))
+}
+
+/// Starts the batcher of one model version. Batches go to `out`, which the
+/// model's `instances` instance threads read.
 pub fn spawn<T: Pending>(
     config: BatcherConfig,
     instances: usize,
     out: crossbeam_channel::Sender<Dispatch<T>>,
-    runtime: &tokio::runtime::Handle,
-) -> BatcherHandle<T> {
+) -> Result<BatcherHandle<T>, Error> {
+    let runtime = runtime()?;
     let capacity: usize = config.levels.iter().map(|l| l.max_queue_size).sum();
     let (inbox, requests) = mpsc::channel(capacity.clamp(1, 1 << 16));
     let model = config.model.clone();
     let slots = Arc::new(Semaphore::new(instances.max(1)));
-    let actor = Actor { state: QueueState::new(config), requests, slots, instances: instances.max(1), out };
+    let actor = Actor {
+        state: QueueState::new(config),
+        requests,
+        slots,
+        instances: instances.max(1),
+        out,
+    };
     runtime.spawn(actor.run());
-    BatcherHandle { inbox, model }
+    Ok(BatcherHandle { inbox, model })
 }
 
 struct Actor<T> {

@@ -27,7 +27,9 @@ pub struct ResponseOrder {
 impl std::fmt::Debug for ResponseOrder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = self.state.lock();
-        f.debug_struct("ResponseOrder").field("next_release", &state.next_release).finish_non_exhaustive()
+        f.debug_struct("ResponseOrder")
+            .field("next_release", &state.next_release)
+            .finish_non_exhaustive()
     }
 }
 
@@ -37,7 +39,10 @@ impl ResponseOrder {
         let mut state = self.state.lock();
         let seq = state.next_ticket;
         state.next_ticket += 1;
-        OrderTicket { seq, order: Some(self.clone()) }
+        OrderTicket {
+            seq,
+            order: Some(self.clone()),
+        }
     }
 
     fn complete(&self, seq: u64, delivery: Option<Delivery>) {
@@ -47,7 +52,9 @@ impl ResponseOrder {
         // lock keeps their order exact.
         loop {
             let next = state.next_release;
-            let Some(delivery) = state.done.remove(&next) else { break };
+            let Some(delivery) = state.done.remove(&next) else {
+                break;
+            };
             state.next_release += 1;
             if let Some(deliver) = delivery {
                 deliver();
@@ -64,7 +71,9 @@ pub struct OrderTicket {
 
 impl std::fmt::Debug for OrderTicket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OrderTicket").field("seq", &self.seq).finish()
+        f.debug_struct("OrderTicket")
+            .field("seq", &self.seq)
+            .finish()
     }
 }
 

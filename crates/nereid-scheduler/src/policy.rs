@@ -56,7 +56,11 @@ impl LevelPolicy {
             default_timeout: (p.default_timeout_microseconds > 0)
                 .then(|| Duration::from_micros(p.default_timeout_microseconds)),
             allow_timeout_override: p.allow_timeout_override,
-            max_queue_size: if p.max_queue_size == 0 { DEFAULT_MAX_QUEUE_SIZE } else { p.max_queue_size as usize },
+            max_queue_size: if p.max_queue_size == 0 {
+                DEFAULT_MAX_QUEUE_SIZE
+            } else {
+                p.max_queue_size as usize
+            },
         }
     }
 
@@ -92,21 +96,35 @@ pub enum ConfigError {
     #[error("model '{model}': {field} is not supported yet")]
     Unsupported { model: String, field: &'static str },
     #[error("model '{model}': {field} {value} is invalid: {reason}")]
-    Invalid { model: String, field: &'static str, value: String, reason: &'static str },
+    Invalid {
+        model: String,
+        field: &'static str,
+        value: String,
+        reason: &'static str,
+    },
 }
 
 impl BatcherConfig {
     /// The batcher for `config`, `None` when it asks for no dynamic batching.
     pub fn from_model_config(config: &ModelConfig) -> Result<Option<BatcherConfig>, ConfigError> {
         reject_other_schedulers(config)?;
-        let Some(db) = dynamic_batching(config) else { return Ok(None) };
+        let Some(db) = dynamic_batching(config) else {
+            return Ok(None);
+        };
         let model = config.name.clone();
         let max_batch_size = u64::try_from(config.max_batch_size.max(1)).unwrap_or(1);
         let mut preferred = Vec::with_capacity(db.preferred_batch_size.len());
         for &p in &db.preferred_batch_size {
             match u64::try_from(p) {
                 Ok(p) if p >= 1 && p <= max_batch_size => preferred.push(p),
-                _ => return Err(invalid(&model, "dynamic_batching.preferred_batch_size", p, "must be between 1 and max_batch_size")),
+                _ => {
+                    return Err(invalid(
+                        &model,
+                        "dynamic_batching.preferred_batch_size",
+                        p,
+                        "must be between 1 and max_batch_size",
+                    ));
+                }
             }
         }
         preferred.sort_unstable();
@@ -133,7 +151,9 @@ impl BatcherConfig {
     }
 }
 
-fn dynamic_batching(config: &ModelConfig) -> Option<&nereid_core::model_config::ModelDynamicBatching> {
+fn dynamic_batching(
+    config: &ModelConfig,
+) -> Option<&nereid_core::model_config::ModelDynamicBatching> {
     use nereid_core::model_config::model_config::SchedulingChoice;
     match &config.scheduling_choice {
         Some(SchedulingChoice::DynamicBatching(db)) => Some(db),
@@ -148,7 +168,10 @@ fn reject_other_schedulers(config: &ModelConfig) -> Result<(), ConfigError> {
         Some(SchedulingChoice::EnsembleScheduling(_)) => "ensemble_scheduling",
         _ => return Ok(()),
     };
-    Err(ConfigError::Unsupported { model: config.name.clone(), field })
+    Err(ConfigError::Unsupported {
+        model: config.name.clone(),
+        field,
+    })
 }
 
 fn levels(
@@ -158,11 +181,18 @@ fn levels(
     let default = LevelPolicy::from_config(db.default_queue_policy.as_ref());
     if db.priority_levels == 0 {
         if !db.priority_queue_policy.is_empty() {
-            return Err(invalid(model, "dynamic_batching.priority_queue_policy", "set", "needs priority_levels"));
+            return Err(invalid(
+                model,
+                "dynamic_batching.priority_queue_policy",
+                "set",
+                "needs priority_levels",
+            ));
         }
         return Ok((vec![default], 0));
     }
-    let count = usize::try_from(db.priority_levels).unwrap_or(usize::MAX).min(1 << 16);
+    let count = usize::try_from(db.priority_levels)
+        .unwrap_or(usize::MAX)
+        .min(1 << 16);
     if db.default_priority_level == 0 || db.default_priority_level > db.priority_levels {
         return Err(invalid(
             model,
@@ -173,16 +203,35 @@ fn levels(
     }
     let by_level: &HashMap<u64, ModelQueuePolicy> = &db.priority_queue_policy;
     if let Some(level) = by_level.keys().find(|&&l| l == 0 || l > db.priority_levels) {
-        return Err(invalid(model, "dynamic_batching.priority_queue_policy", level, "names a level outside 1..=priority_levels"));
+        return Err(invalid(
+            model,
+            "dynamic_batching.priority_queue_policy",
+            level,
+            "names a level outside 1..=priority_levels",
+        ));
     }
     let levels = (1..=count as u64)
-        .map(|l| by_level.get(&l).map_or_else(|| default.clone(), |p| LevelPolicy::from_config(Some(p))))
+        .map(|l| {
+            by_level
+                .get(&l)
+                .map_or_else(|| default.clone(), |p| LevelPolicy::from_config(Some(p)))
+        })
         .collect();
     Ok((levels, (db.default_priority_level - 1) as usize))
 }
 
-fn invalid(model: &str, field: &'static str, value: impl ToString, reason: &'static str) -> ConfigError {
-    ConfigError::Invalid { model: model.to_string(), field, value: value.to_string(), reason }
+fn invalid(
+    model: &str,
+    field: &'static str,
+    value: impl ToString,
+    reason: &'static str,
+) -> ConfigError {
+    ConfigError::Invalid {
+        model: model.to_string(),
+        field,
+        value: value.to_string(),
+        reason,
+    }
 }
 
 #[cfg(test)]
@@ -209,20 +258,33 @@ mod tests {
             preserve_ordering: true,
             priority_levels: 2,
             default_priority_level: 2,
-            default_queue_policy: Some(ModelQueuePolicy { max_queue_size: 3, ..Default::default() }),
+            default_queue_policy: Some(ModelQueuePolicy {
+                max_queue_size: 3,
+                ..Default::default()
+            }),
             ..Default::default()
         };
         db.priority_queue_policy.insert(
             1,
-            ModelQueuePolicy { timeout_action: 1, default_timeout_microseconds: 100, allow_timeout_override: true, max_queue_size: 0 },
+            ModelQueuePolicy {
+                timeout_action: 1,
+                default_timeout_microseconds: 100,
+                allow_timeout_override: true,
+                max_queue_size: 0,
+            },
         );
-        let b = BatcherConfig::from_model_config(&config(db)).unwrap().unwrap();
+        let b = BatcherConfig::from_model_config(&config(db))
+            .unwrap()
+            .unwrap();
         assert_eq!(b.preferred_batch_sizes, [4, 8]);
         assert_eq!(b.max_queue_delay, Duration::from_micros(500));
         assert!(b.preserve_ordering);
         assert_eq!(b.levels.len(), 2);
         assert_eq!(b.levels[0].timeout_action, TimeoutAction::Delay);
-        assert_eq!(b.levels[0].timeout(Some(Duration::from_micros(7))), Some(Duration::from_micros(7)));
+        assert_eq!(
+            b.levels[0].timeout(Some(Duration::from_micros(7))),
+            Some(Duration::from_micros(7))
+        );
         assert_eq!(b.levels[1].max_queue_size, 3);
         assert_eq!(b.levels[1].timeout(Some(Duration::from_micros(7))), None);
         assert_eq!(b.level_of(0), 1);
@@ -232,16 +294,43 @@ mod tests {
 
     #[test]
     fn refuses_what_it_cannot_honour() {
-        let bad = config(ModelDynamicBatching { preferred_batch_size: vec![16], ..Default::default() });
-        assert!(BatcherConfig::from_model_config(&bad).unwrap_err().to_string().contains("preferred_batch_size"));
-        let bad = config(ModelDynamicBatching { priority_levels: 2, default_priority_level: 3, ..Default::default() });
-        assert!(BatcherConfig::from_model_config(&bad).unwrap_err().to_string().contains("default_priority_level"));
+        let bad = config(ModelDynamicBatching {
+            preferred_batch_size: vec![16],
+            ..Default::default()
+        });
+        assert!(
+            BatcherConfig::from_model_config(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("preferred_batch_size")
+        );
+        let bad = config(ModelDynamicBatching {
+            priority_levels: 2,
+            default_priority_level: 3,
+            ..Default::default()
+        });
+        assert!(
+            BatcherConfig::from_model_config(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("default_priority_level")
+        );
         let seq = ModelConfig {
             name: "s".into(),
-            scheduling_choice: Some(SchedulingChoice::SequenceBatching(ModelSequenceBatching::default())),
+            scheduling_choice: Some(SchedulingChoice::SequenceBatching(
+                ModelSequenceBatching::default(),
+            )),
             ..Default::default()
         };
-        assert!(BatcherConfig::from_model_config(&seq).unwrap_err().to_string().contains("sequence_batching"));
-        assert_eq!(BatcherConfig::from_model_config(&ModelConfig::default()).unwrap(), None);
+        assert!(
+            BatcherConfig::from_model_config(&seq)
+                .unwrap_err()
+                .to_string()
+                .contains("sequence_batching")
+        );
+        assert_eq!(
+            BatcherConfig::from_model_config(&ModelConfig::default()).unwrap(),
+            None
+        );
     }
 }

@@ -20,8 +20,8 @@ use std::collections::VecDeque;
 use nereid_core::Error;
 use tokio::time::Instant;
 
-use crate::policy::{BatcherConfig, TimeoutAction};
 use crate::Pending;
+use crate::policy::{BatcherConfig, TimeoutAction};
 
 struct Entry<T> {
     item: T,
@@ -54,14 +54,20 @@ pub struct QueueState<T> {
 
 impl<T> std::fmt::Debug for QueueState<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QueueState").field("model", &self.config.model).finish_non_exhaustive()
+        f.debug_struct("QueueState")
+            .field("model", &self.config.model)
+            .finish_non_exhaustive()
     }
 }
 
 impl<T: Pending> QueueState<T> {
     pub fn new(config: BatcherConfig) -> Self {
         let levels = config.levels.iter().map(|_| VecDeque::new()).collect();
-        QueueState { config, levels, delayed: VecDeque::new() }
+        QueueState {
+            config,
+            levels,
+            delayed: VecDeque::new(),
+        }
     }
 
     pub fn config(&self) -> &BatcherConfig {
@@ -108,14 +114,23 @@ impl<T: Pending> QueueState<T> {
     /// batch given `idle` and `busy` instance counts.
     pub fn step(&mut self, now: Instant, idle: usize, busy: usize) -> Step<T> {
         let (expired, abandoned) = self.prune(now);
-        let mut step = Step { dispatch: None, wake_at: self.earliest_deadline(), expired, abandoned };
+        let mut step = Step {
+            dispatch: None,
+            wake_at: self.earliest_deadline(),
+            expired,
+            abandoned,
+        };
         if idle == 0 || self.is_empty() {
             return step;
         }
         let (picked, total, oldest) = self.candidate();
         let preferred = self.largest_preferred(total);
         let full = total >= self.config.max_batch_size
-            || self.config.preferred_batch_sizes.last().is_some_and(|&p| total >= p);
+            || self
+                .config
+                .preferred_batch_sizes
+                .last()
+                .is_some_and(|&p| total >= p);
         let delay_over = now >= oldest + self.config.max_queue_delay;
         if full || busy == 0 || delay_over {
             let limit = preferred.unwrap_or(total);
@@ -133,7 +148,11 @@ impl<T: Pending> QueueState<T> {
     fn prune(&mut self, now: Instant) -> (Vec<T>, Vec<T>) {
         let (mut expired, mut abandoned) = (Vec::new(), Vec::new());
         let mut delayed = Vec::new();
-        for queue in self.levels.iter_mut().chain(std::iter::once(&mut self.delayed)) {
+        for queue in self
+            .levels
+            .iter_mut()
+            .chain(std::iter::once(&mut self.delayed))
+        {
             let mut kept = VecDeque::with_capacity(queue.len());
             for mut entry in queue.drain(..) {
                 if entry.item.is_abandoned() {
@@ -194,7 +213,12 @@ impl<T: Pending> QueueState<T> {
     }
 
     fn largest_preferred(&self, total: u64) -> Option<u64> {
-        self.config.preferred_batch_sizes.iter().copied().filter(|&p| p <= total).max()
+        self.config
+            .preferred_batch_sizes
+            .iter()
+            .copied()
+            .filter(|&p| p <= total)
+            .max()
     }
 
     /// Removes the picked entries, in order, while they fit in `limit`.
@@ -225,7 +249,11 @@ impl<T: Pending> QueueState<T> {
     }
 
     fn queue_mut(&mut self, q: usize) -> &mut VecDeque<Entry<T>> {
-        if q < self.levels.len() { &mut self.levels[q] } else { &mut self.delayed }
+        if q < self.levels.len() {
+            &mut self.levels[q]
+        } else {
+            &mut self.delayed
+        }
     }
 }
 

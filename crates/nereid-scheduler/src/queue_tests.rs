@@ -1,11 +1,11 @@
 //! Queue state under a paused clock.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nereid_core::Error;
-use tokio::time::{advance, Instant};
+use tokio::time::{Instant, advance};
 
 use crate::policy::{BatcherConfig, LevelPolicy, TimeoutAction};
 use crate::{Pending, QueueState};
@@ -21,7 +21,14 @@ struct Req {
 }
 
 fn req(id: u32) -> Req {
-    Req { id, size: 1, key: 0, priority: 0, timeout: None, gone: Arc::new(AtomicBool::new(false)) }
+    Req {
+        id,
+        size: 1,
+        key: 0,
+        priority: 0,
+        timeout: None,
+        gone: Arc::new(AtomicBool::new(false)),
+    }
 }
 
 impl Pending for Req {
@@ -73,7 +80,10 @@ async fn waits_out_the_delay_while_another_instance_is_busy() {
     let mut q = queue(config(8, 1000), [req(1), req(2)]);
     let step = q.step(Instant::now(), 1, 1);
     assert!(step.dispatch.is_none());
-    assert_eq!(step.wake_at, Some(Instant::now() + Duration::from_micros(1000)));
+    assert_eq!(
+        step.wake_at,
+        Some(Instant::now() + Duration::from_micros(1000))
+    );
     advance(Duration::from_micros(999)).await;
     assert!(q.step(Instant::now(), 1, 1).dispatch.is_none());
     advance(Duration::from_micros(1)).await;
@@ -136,9 +146,14 @@ fn two_levels() -> BatcherConfig {
 
 #[tokio::test(start_paused = true)]
 async fn higher_priority_goes_first() {
-    let prio = |id, priority| Req { priority, ..req(id) };
+    let prio = |id, priority| Req {
+        priority,
+        ..req(id)
+    };
     let mut q = queue(two_levels(), [prio(1, 2), prio(2, 0), prio(3, 1)]);
-    let order: Vec<u32> = (0..3).flat_map(|_| ids(q.step(Instant::now(), 1, 0).dispatch)).collect();
+    let order: Vec<u32> = (0..3)
+        .flat_map(|_| ids(q.step(Instant::now(), 1, 0).dispatch))
+        .collect();
     assert_eq!(order, [3, 1, 2]);
 }
 
@@ -148,7 +163,10 @@ async fn timeouts_reject() {
     c.levels[0].default_timeout = Some(Duration::from_micros(100));
     let mut q = queue(c, [req(1)]);
     let step = q.step(Instant::now(), 0, 1);
-    assert_eq!(step.wake_at, Some(Instant::now() + Duration::from_micros(100)));
+    assert_eq!(
+        step.wake_at,
+        Some(Instant::now() + Duration::from_micros(100))
+    );
     advance(Duration::from_micros(100)).await;
     let step = q.step(Instant::now(), 0, 1);
     assert_eq!(step.expired.iter().map(|r| r.id).collect::<Vec<_>>(), [1]);
@@ -160,7 +178,10 @@ async fn timeouts_delay_behind_the_rest() {
     let mut c = config(1, 0);
     c.levels[0].timeout_action = TimeoutAction::Delay;
     c.levels[0].allow_timeout_override = true;
-    let hurried = Req { timeout: Some(Duration::from_micros(50)), ..req(1) };
+    let hurried = Req {
+        timeout: Some(Duration::from_micros(50)),
+        ..req(1)
+    };
     let mut q = queue(c, [hurried, req(2)]);
     advance(Duration::from_micros(60)).await;
     let step = q.step(Instant::now(), 1, 0);

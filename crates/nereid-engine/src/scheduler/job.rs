@@ -1,0 +1,117 @@
+//! A request on its way through a scheduler to an instance: the validated
+//! request, where its answer goes, and what the batcher needs to know.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nereid_core::{Error, InferResponse, Parameter};
+use nereid_scheduler::{OrderTicket, Pending};
+use tokio::sync::oneshot;
+
+use crate::stats::ModelStats;
+use crate::validate::ValidatedRequest;
+
+/// A validated request waiting for an instance.
+#[derive(Debug)]
+pub struct Job {
+    pub request: ValidatedRequest,
+    pub enqueued: Instant,
+    reply: oneshot::Sender<Result<InferResponse, Error>>,
+    order: Option<OrderTicket>,
+    stats: Arc<ModelStats>,
+    /// The request's `priority` parameter (0: the default level).
+    priority: u64,
+    /// The request's `timeout` parameter.
+    timeout: Option<Duration>,
+}
+
+impl Job {
+    pub fn new(
+        request: ValidatedRequest,
+        reply: oneshot::Sender<Result<InferResponse, Error>>,
+        stats: Arc<ModelStats>,
+        order: Option<OrderTicket>,
+    ) -> Result<Job, Error> {
+        let priority = unsigned_parameter(&request, "priority")?.unwrap_or(0);
+        let timeout = unsigned_parameter(&request, "timeout")?.map(Duration::from_micros);
+        Ok(Job {
+            request,
+            enqueued: Instant::now(),
+            reply,
+            order,
+            stats,
+            priority,
+            timeout,
+        })
+    }
+
+    /// Whether the client stopped waiting (connection closed, RPC cancelled).
+    pub fn is_abandoned(&self) -> bool {
+        self.reply.is_closed()
+    }
+
+    /// Sends the answer, after every earlier answer when the model
+    /// preserves ordering.
+    pub fn answer(self, result: Result<InferResponse, Error>) {
+        let reply = self.reply;
+        match self.order {
+            Some(ticket) => ticket.deliver(move || {
+                let _ = reply.send(result);
+            }),
+            None => {
+                let _ = reply.send(result);
+            }
+        }
+    }
+}
+
+fn unsigned_parameter(request: &ValidatedRequest, key: &str) -> Result<Option<u64>, Error> {
+    match request.request.parameters.get(key) {
+        None => Ok(None),
+        Some(Parameter::Int64(v)) if *v >= 0 => Ok(Some(*v as u64)),
+        Some(Parameter::Uint64(v)) => Ok(Some(*v)),
+        Some(other) => Err(Error::invalid_argument(format!(
+            "parameter '{key}' must be a non-negative integer, got {other:?}"
+        ))),
+    }
+}
+
+impl Pending for Job {
+    fn batch_size(&self) -> u64 {
+        self.request.batch_size
+    }
+
+    fn shape_key(&self) -> u64 {
+        let mut hasher = DefaultHasher::new();
+        let mut inputs: Vec<_> = self.request.request.inputs.iter().collect();
+        inputs.sort_by(|a, b| a.name.cmp(&b.name));
+        for input in inputs {
+            input.name.hash(&mut hasher);
+            input.datatype.wire_name().hash(&mut hasher);
+            input.shape.get(1..).unwrap_or_default().hash(&mut hasher);
+        }
+        hasher.finish()
+    }
+
+    fn priority(&self) -> u64 {
+        self.priority
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    fn is_abandoned(&self) -> bool {
+        Job::is_abandoned(self)
+    }
+
+    fn reject(self, error: Error) {
+        self.stats.record_failure(self.enqueued.elapsed());
+        self.answer(Err(error));
+    }
+
+    fn cancel(self) {
+        self.stats.record_cancelled();
+    }
+}

@@ -1,0 +1,247 @@
+//! The dynamic batcher inside the engine, with a fake backend that records
+//! every batch it runs and can hold an execution until released.
+
+#![expect(clippy::unwrap_used, reason = "test code")]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, Sender};
+use nereid_core::{
+    Backend, BackendError, Batch, DataType, InferRequest, InputTensor, ModelInstance, ModelIo,
+    ModelSource, Parameter, Parameters, Tensor,
+};
+use nereid_engine::{Engine, EngineOptions};
+use parking_lot::Mutex;
+
+/// Doubles INPUT0 into OUTPUT0; logs each batch's first-dim size; waits for
+/// a release before each execution while `gated`.
+struct Recorder {
+    batches: Arc<Mutex<Vec<i64>>>,
+    gate: Receiver<()>,
+    started: Sender<()>,
+}
+
+struct Instance {
+    batches: Arc<Mutex<Vec<i64>>>,
+    gate: Receiver<()>,
+    started: Sender<()>,
+}
+
+impl Backend for Recorder {
+    fn name(&self) -> &'static str {
+        "recorder"
+    }
+    fn platform(&self) -> &'static str {
+        "recorder_platform"
+    }
+    fn default_model_filename(&self) -> &'static str {
+        "model.rec"
+    }
+    fn inspect(&self, _: &Path) -> Result<ModelIo, BackendError> {
+        Ok(ModelIo::default())
+    }
+    fn load(&self, _: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError> {
+        Ok(Box::new(Instance {
+            batches: Arc::clone(&self.batches),
+            gate: self.gate.clone(),
+            started: self.started.clone(),
+        }))
+    }
+}
+
+impl ModelInstance for Instance {
+    fn execute(&mut self, batch: &Batch) -> Result<Vec<Tensor>, BackendError> {
+        let _ = self.started.send(());
+        let _ = self.gate.recv_timeout(Duration::from_secs(10));
+        let input = &batch.inputs[0];
+        self.batches.lock().push(input.shape[0]);
+        let doubled: Vec<u8> = input
+            .data
+            .chunks_exact(4)
+            .flat_map(|c| (i32::from_le_bytes(c.try_into().unwrap()) * 2).to_le_bytes())
+            .collect();
+        Ok(vec![Tensor {
+            name: "OUTPUT0".into(),
+            data: Bytes::from(doubled),
+            ..input.clone()
+        }])
+    }
+}
+
+struct Harness {
+    engine: Engine,
+    batches: Arc<Mutex<Vec<i64>>>,
+    release: Sender<()>,
+    started: Receiver<()>,
+}
+
+fn harness(dynamic_batching: &str) -> (Harness, tempfile::TempDir) {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("rec");
+    std::fs::create_dir_all(dir.join("1")).unwrap();
+    std::fs::write(dir.join("1/model.rec"), "").unwrap();
+    let config = format!(
+        r#"backend: "recorder"
+max_batch_size: 8
+input [ {{ name: "INPUT0" data_type: TYPE_INT32 dims: [ 2 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+{dynamic_batching}
+"#
+    );
+    std::fs::write(dir.join("config.pbtxt"), config).unwrap();
+    let (release, gate) = crossbeam_channel::unbounded();
+    let (started_tx, started) = crossbeam_channel::unbounded();
+    let batches = Arc::new(Mutex::new(Vec::new()));
+    let backend = Recorder {
+        batches: Arc::clone(&batches),
+        gate,
+        started: started_tx,
+    };
+    let options = EngineOptions {
+        repositories: vec![root.path().to_path_buf()],
+        strict_model_config: true,
+        strict_readiness: true,
+    };
+    let engine = Engine::new(options, vec![Arc::new(backend)]);
+    engine.load_all().unwrap();
+    assert!(engine.is_ready(), "{:?}", engine.index());
+    (
+        Harness {
+            engine,
+            batches,
+            release,
+            started,
+        },
+        root,
+    )
+}
+
+fn request(values: &[i32], priority: Option<u64>) -> InferRequest {
+    let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let mut parameters = Parameters::new();
+    if let Some(p) = priority {
+        parameters.insert("priority".into(), Parameter::Uint64(p));
+    }
+    InferRequest {
+        model_name: "rec".into(),
+        inputs: vec![InputTensor {
+            name: "INPUT0".into(),
+            datatype: DataType::Int32,
+            shape: vec![values.len() as i64 / 2, 2],
+            data: Bytes::from(data),
+            parameters: Parameters::new(),
+        }],
+        parameters,
+        ..Default::default()
+    }
+}
+
+impl Harness {
+    fn spawn(&self, values: &[i32], priority: Option<u64>) -> tokio::task::JoinHandle<Vec<u8>> {
+        let engine = self.engine.clone();
+        let request = request(values, priority);
+        tokio::spawn(async move {
+            engine.infer(request).await.unwrap().outputs[0]
+                .data
+                .to_vec()
+        })
+    }
+
+    async fn wait_started(&self) {
+        let started = self.started.clone();
+        tokio::task::spawn_blocking(move || started.recv_timeout(Duration::from_secs(10)).unwrap())
+            .await
+            .unwrap();
+    }
+
+    async fn queued(&self, n: usize) {
+        // Requests reach the batcher through a channel; give it a moment
+        // to take them in before the instance frees up.
+        for _ in 0..n * 10 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn ints(data: &[u8]) -> Vec<i32> {
+    data.chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_requests_run_together_and_answers_are_split_back() {
+    let (h, _root) = harness("dynamic_batching { }");
+    let first = h.spawn(&[1, 1], None);
+    h.wait_started().await;
+    let waiting: Vec<_> = (0..5)
+        .map(|i| h.spawn(&[i, i + 10, i + 20, i + 30], None))
+        .collect();
+    h.queued(5).await;
+    for _ in 0..3 {
+        h.release.send(()).unwrap();
+    }
+    assert_eq!(ints(&first.await.unwrap()), [2, 2]);
+    for (i, w) in waiting.into_iter().enumerate() {
+        let i = i as i32;
+        assert_eq!(
+            ints(&w.await.unwrap()),
+            [2 * i, 2 * i + 20, 2 * i + 40, 2 * i + 60]
+        );
+    }
+    // 5 requests of 2 rows wait behind the first: 8 rows fit in one batch.
+    assert_eq!(*h.batches.lock(), [1, 8, 2]);
+    let stats = &h.engine.statistics(Some("rec"), None).unwrap()[0].stats;
+    assert_eq!(stats.inference_count, 11);
+    assert_eq!(stats.execution_count, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn higher_priority_runs_first_and_abandoned_requests_never_run() {
+    let (h, _root) = harness(
+        "dynamic_batching { max_queue_delay_microseconds: 0 priority_levels: 2 default_priority_level: 2 preferred_batch_size: [ 1 ] }",
+    );
+    let first = h.spawn(&[1, 1], None);
+    h.wait_started().await;
+    let low = h.spawn(&[2, 2], Some(2));
+    let engine = h.engine.clone();
+    let abandoned = tokio::spawn(async move { engine.infer(request(&[9, 9], Some(1))).await });
+    let high = h.spawn(&[3, 3], Some(1));
+    h.queued(3).await;
+    abandoned.abort();
+    let _ = abandoned.await;
+    for _ in 0..3 {
+        h.release.send(()).unwrap();
+    }
+    first.await.unwrap();
+    high.await.unwrap();
+    low.await.unwrap();
+    assert_eq!(
+        *h.batches.lock(),
+        [1, 1, 1],
+        "the abandoned request must not run"
+    );
+    let stats = &h.engine.statistics(Some("rec"), None).unwrap()[0].stats;
+    assert_eq!(stats.cancelled, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_answers_unavailable_at_once() {
+    let (h, _root) = harness("dynamic_batching { default_queue_policy { max_queue_size: 1 } }");
+    let first = h.spawn(&[1, 1], None);
+    h.wait_started().await;
+    let queued = h.spawn(&[2, 2], None);
+    h.queued(1).await;
+    let refused = h.engine.infer(request(&[3, 3], None)).await.unwrap_err();
+    assert_eq!(refused.kind(), nereid_core::ErrorKind::Unavailable);
+    assert!(refused.message().contains("full"), "{refused}");
+    h.release.send(()).unwrap();
+    h.release.send(()).unwrap();
+    first.await.unwrap();
+    queued.await.unwrap();
+}
