@@ -1,0 +1,405 @@
+"""Writes docs/benchmarks.md from the results folder benches/run.sh fills.
+
+The folder holds, per server S (nereid, triton):
+  S.env                   ready_ms, rss/pss (kB) and process counts at start and end
+  S.metadata.json         GET /v2 of the server
+  S_MODEL_PROTO_cC.csv    perf_analyzer -f output, one row per concurrency
+A missing CSV is a failed perf_analyzer run; it shows as "failed" in the tables.
+"""
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+
+MODELS = ("simple", "mlp")
+PROTOCOLS = ("http", "grpc")
+CONCURRENCIES = (1, 8)
+LABELS = {"nereid": "nereid", "triton": "Triton"}
+# perf_analyzer 2.51's CSV columns this report reads (latencies in us).
+COLUMNS = {
+    "throughput": "Inferences/Second",
+    "p50": "p50 latency",
+    "p90": "p90 latency",
+    "p99": "p99 latency",
+}
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        sys.exit(f"report: {path} has no data row")
+    missing = [c for c in COLUMNS.values() if c not in rows[0]]
+    if missing:
+        sys.exit(f"report: {path} lacks columns {missing}; header is {list(rows[0])}")
+    return {key: float(rows[0][col]) for key, col in COLUMNS.items()}
+
+
+def read_env(path):
+    values = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                key, _, value = line.strip().partition("=")
+                if key:
+                    values[key] = int(value)
+    return values
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def load(results, servers):
+    data = {}
+    for server in servers:
+        cells, retried = {}, set()
+        for model in MODELS:
+            for proto in PROTOCOLS:
+                for c in CONCURRENCIES:
+                    base = os.path.join(results, f"{server}_{model}_{proto}_c{c}")
+                    path = base + ".csv"
+                    cells[model, proto, c] = read_csv(path) if os.path.exists(path) else None
+                    if os.path.exists(base + ".retried"):
+                        retried.add((model, proto, c))
+        data[server] = {
+            "cells": cells,
+            "retried": retried,
+            "env": read_env(os.path.join(results, f"{server}.env")),
+            "meta": read_json(os.path.join(results, f"{server}.metadata.json")),
+        }
+    return data
+
+
+def machine():
+    model = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem_kb = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu": model,
+        "mem_gib": mem_kb / 1024 / 1024,
+        "kernel": f"{platform.system()} {platform.release()}",
+    }
+
+
+def git_rev():
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+
+    rev = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        rev += " (with uncommitted changes)"
+    return rev
+
+
+def fmt_num(value, digits=0):
+    return "failed" if value is None else f"{value:,.{digits}f}"
+
+
+def cell(data, server, key, model, proto, c):
+    row = data.get(server, {}).get("cells", {}).get((model, proto, c))
+    return None if row is None else row[key]
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def perf_table(data, servers):
+    both = "nereid" in servers and "triton" in servers
+    head = ["model", "protocol", "concurrency"]
+    for key, unit in (("throughput", "infer/s"), ("p50", "p50 µs"), ("p99", "p99 µs")):
+        head += [f"{LABELS[s]} {unit}" for s in servers]
+        if both and key == "throughput":
+            head.append("nereid ÷ Triton")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model in MODELS:
+        for proto in PROTOCOLS:
+            for c in CONCURRENCIES:
+                row = [f"`{model}`", proto, str(c)]
+                for key in ("throughput", "p50", "p99"):
+                    for s in servers:
+                        mark = " †" if (model, proto, c) in data[s]["retried"] else ""
+                        row.append(fmt_num(cell(data, s, key, model, proto, c)) + mark)
+                    if both and key == "throughput":
+                        r = ratio(cell(data, "nereid", key, model, proto, c),
+                                  cell(data, "triton", key, model, proto, c))
+                        row.append("—" if r is None else f"{r:.2f}×")
+                lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def retry_note(data, servers, args):
+    if not any(data[s]["retried"] for s in servers):
+        return []
+    twice = 2 * int(args.requests)
+    return [f"† did not settle with {args.requests}-request windows and was measured again "
+            f"with {twice}-request windows.", ""]
+
+
+def mib(kb):
+    return None if kb is None else kb / 1024
+
+
+def startup_table(data, servers):
+    rows = [
+        ("time from exec to `/v2/health/ready` = 200 (ms)", "ready_ms", lambda v: v, 0),
+        ("RSS at ready (MiB)", "rss_start_kb", mib, 0),
+        ("RSS after the benchmark (MiB)", "rss_end_kb", mib, 0),
+        ("PSS at ready (MiB)", "pss_start_kb", mib, 0),
+        ("PSS after the benchmark (MiB)", "pss_end_kb", mib, 0),
+        ("processes counted", "processes_start", lambda v: v, 0),
+        ("CPU busy with other work just before the server started (%)", "busy_before_pct",
+         lambda v: v, 0),
+    ]
+    head = ["", *(LABELS[s] for s in servers)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, key, conv, digits in rows:
+        values = []
+        for s in servers:
+            v = data[s]["env"].get(key)
+            values.append("—" if v is None else fmt_num(conv(v), digits))
+        lines.append("| " + " | ".join([label, *values]) + " |")
+    return "\n".join(lines)
+
+
+def span(values):
+    return f"{min(values):.2f}× to {max(values):.2f}× (median {statistics.median(values):.2f}×)"
+
+
+def reading(data, servers):
+    """Sentences derived from the numbers; nothing here is fixed in advance."""
+    if not ("nereid" in servers and "triton" in servers):
+        return ["Only one server was measured, so there is no comparison to read."]
+    out = []
+    keys = [(m, p, c) for m in MODELS for p in PROTOCOLS for c in CONCURRENCIES]
+    thr = {k: ratio(cell(data, "nereid", "throughput", *k), cell(data, "triton", "throughput", *k))
+           for k in keys}
+    thr = {k: v for k, v in thr.items() if v is not None}
+    if thr:
+        for model in MODELS:
+            vals = [v for k, v in thr.items() if k[0] == model]
+            if vals:
+                out.append(f"- `{model}`: nereid's throughput was {span(vals)} Triton's "
+                           f"over the {len(vals)} protocol × concurrency cells.")
+        slower = [k for k, v in thr.items() if v < 1]
+        if slower:
+            named = ", ".join(f"`{m}` {p} c={c}" for m, p, c in slower)
+            out.append(f"- Triton had the higher throughput in: {named}.")
+        else:
+            out.append("- nereid had the higher throughput in every cell measured.")
+    p99 = [(k, cell(data, "nereid", "p99", *k), cell(data, "triton", "p99", *k)) for k in keys]
+    p99 = [(k, a, b) for k, a, b in p99 if a is not None and b is not None]
+    if p99:
+        lower = sum(1 for _, a, b in p99 if a < b)
+        out.append(f"- p99 latency was lower on nereid in {lower} of {len(p99)} cells.")
+    for server in servers:
+        gains = []
+        for model in MODELS:
+            vals = [ratio(cell(data, server, "throughput", model, p, 8),
+                          cell(data, server, "throughput", model, p, 1)) for p in PROTOCOLS]
+            vals = [v for v in vals if v is not None]
+            if vals:
+                gains.append(f"`{model}` {' / '.join(f'{v:.2f}×' for v in vals)}")
+        if gains:
+            out.append(f"- {LABELS[server]}: concurrency 8 over concurrency 1, throughput "
+                       f"(http / grpc): {'; '.join(gains)}.")
+    for server in servers:
+        vals = [ratio(cell(data, server, "throughput", m, "grpc", c),
+                      cell(data, server, "throughput", m, "http", c))
+                for m in MODELS for c in CONCURRENCIES]
+        vals = [v for v in vals if v is not None]
+        if vals:
+            out.append(f"- {LABELS[server]}: gRPC throughput was {span(vals)} its HTTP "
+                       "throughput for the same model and concurrency.")
+    ready = [data[s]["env"].get("ready_ms") for s in ("nereid", "triton")]
+    if None not in ready:
+        stubs = data["triton"]["env"].get("processes_start", 1) - 1
+        out.append(f"- Start-up: nereid was ready in {ready[0]} ms, Triton in {ready[1]} ms. "
+                   f"Triton's start includes {stubs} Python stub processes (one per model "
+                   "instance), each importing numpy and onnxruntime before building its "
+                   "session.")
+    rss = [data[s]["env"].get("rss_end_kb") for s in ("nereid", "triton")]
+    rss_start = [data[s]["env"].get("rss_start_kb") for s in ("nereid", "triton")]
+    if None not in rss_start and rss_start[0]:
+        out.append(f"- Memory at ready: nereid {rss_start[0] / 1024:.0f} MiB RSS, Triton "
+                   f"{rss_start[1] / 1024:.0f} MiB summed over its processes.")
+    pss = [data[s]["env"].get("pss_end_kb") for s in ("nereid", "triton")]
+    if None not in rss and None not in pss and rss[0] and pss[0]:
+        out.append(f"- Memory after the benchmark: Triton's process tree used {rss[1] / rss[0]:.1f}× "
+                   f"nereid's RSS and {pss[1] / pss[0]:.1f}× its PSS.")
+    load = busy_note(data, servers)
+    if load:
+        out.append(load)
+    return out
+
+
+def busy_note(data, servers):
+    """A warning when other work was using the CPUs around the run."""
+    busy = {s: data[s]["env"].get("busy_before_pct") for s in servers}
+    busy = {s: v for s, v in busy.items() if v is not None}
+    if busy and max(busy.values()) >= 25:
+        named = ", ".join(f"{v} % before {LABELS[s]}" for s, v in busy.items())
+        return ("- **The machine was not idle**: other processes kept the CPUs busy "
+                f"({named}, sampled over 2 s just before each server started), so the "
+                "numbers are lower and noisier than on an idle machine. The cell-by-cell "
+                "alternation spreads that load over both servers, but not evenly.")
+    return ""
+
+
+def versions(data, args):
+    meta = {s: data[s]["meta"] for s in data}
+    stamp_dir = os.path.join(".tools", "perf_analyzer")
+    pa = "2.51.0"
+    if os.path.isdir(stamp_dir):
+        stamps = [f for f in os.listdir(stamp_dir) if f.startswith(".stamp-")]
+        if stamps:
+            pa = stamps[0][len(".stamp-"):]
+    built = datetime.datetime.fromtimestamp(os.path.getmtime(args.nereid_bin),
+                                            datetime.timezone.utc)
+    lines = [f"- nereid: `{args.nereid_bin}` built {built:%Y-%m-%d %H:%M} UTC; the source "
+             f"tree was at git `{git_rev()}` when the run ended"
+             + (f"; reports version {meta['nereid'].get('version')}" if meta.get("nereid") else "")]
+    if meta.get("triton"):
+        lines.append(f"- Triton: `tritonserver` {meta['triton'].get('version', '?')} from the "
+                     "`nvidia-pytriton==0.7.0` wheel, Python backend")
+    lines.append(f"- perf_analyzer: {pa} (from the `tritonclient[all]=={pa}` wheel)")
+    lines.append(f"- ONNX Runtime: {args.ort_version} in both servers (nereid loads the "
+                 "`onnxruntime` wheel's `libonnxruntime.so`; Triton's model.py imports the same "
+                 "release's Python package)")
+    return lines
+
+
+def render(data, args):
+    servers = args.servers.split()
+    m = machine()
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [
+        "# Benchmarks: nereid and Triton 2.51 side by side",
+        "",
+        f"Written by `benches/run.sh` on {now}; rerun it (or `make bench`) to refresh, "
+        "do not edit by hand. One run, short windows: read the numbers as rough, "
+        "not as a ranking to the last percent.",
+        "",
+        "## What is compared",
+        "",
+        "Both servers serve the same two ONNX files, `model_repository/simple/1/model.onnx` "
+        "(INT32 `INPUT0`/`INPUT1` [16] → sum and difference, `max_batch_size` 8) and "
+        "`model_repository/mlp/1/model.onnx` (FP32 `INPUT` [256] → 256-1024-1024-16 MLP "
+        "→ `OUTPUT` [16], `max_batch_size` 64), each with two CPU instances and no dynamic "
+        "batching, through the same ONNX Runtime release with its default session options.",
+        "",
+        "- **nereid** runs them with its ONNX Runtime backend (Rust, `ort`), from a copy "
+        "of `model_repository/` holding only `simple` and `mlp`.",
+        "- **Triton** runs them **with ONNX Runtime inside its Python backend**: the "
+        "`tritonserver` in the `nvidia-pytriton` wheel ships only the Python backend, not "
+        "Triton's ONNX Runtime backend. `benches/triton_models/` holds Python models with "
+        "the same names, inputs, outputs and `max_batch_size`, whose `model.py` calls "
+        "`onnxruntime.InferenceSession.run` on the same file. The Triton numbers therefore "
+        "include the Python backend's overhead (a stub process per instance, shared-memory "
+        "hand-off, the Python interpreter); Triton with its native ONNX Runtime backend "
+        "would likely do better than shown here. This is a comparison with the Triton one "
+        "can run here, not with Triton at its best.",
+        "",
+        "Both servers are started one after the other, then measured in turn cell by "
+        "cell (nereid, then Triton, for each row of the table), so that background load "
+        "on a shared machine falls on both alike; the server not being measured sits "
+        "idle. perf_analyzer runs on the same machine, so client and server share its "
+        "cores.",
+        "",
+        "## Machine",
+        "",
+        f"- {m['nproc']} CPUs: {m['cpu']}",
+        f"- {m['mem_gib']:.1f} GiB memory, {m['kernel']}",
+        "- no GPU used",
+        "",
+        "## Versions",
+        "",
+        *versions(data, args),
+        "",
+        "## perf_analyzer command",
+        "",
+        "For each server, model (`simple`, `mlp`), protocol (`http`, `grpc`) and "
+        "concurrency (1, 8), under `timeout 120`:",
+        "",
+        "```",
+        f".tools/perf_analyzer/perf_analyzer.sh {args.pa_args}",
+        "```",
+        "",
+        f"Each measurement window is {args.requests} requests (`count_windows`); "
+        "perf_analyzer reports the last three windows merged once their throughput and "
+        "latency agree within 50 % (`-s 50`), trying at most 5 windows (`-r 5`). Its "
+        "default 10 % threshold did not settle on this 2-core machine; a run that does not settle even so is run once more "
+        "with windows twice as long (marked † below). Inputs are perf_analyzer's random data, batch size 1. "
+        "Latencies are perf_analyzer's client-side request latencies in microseconds.",
+        "",
+        "## Throughput and latency",
+        "",
+        perf_table(data, servers),
+        "",
+        *retry_note(data, servers, args),
+        "## Start-up and memory",
+        "",
+        startup_table(data, servers),
+        "",
+        "Time to ready runs from the moment the server binary is exec'd (for Triton, "
+        "after `scripts/run-triton.sh` has found its paths) to the first 200 from "
+        "`GET /v2/health/ready`, polled every 10 ms with curl; both servers report ready "
+        "only once every model is loaded. Memory is summed over the server's process tree "
+        "from `/proc/PID/status` (VmRSS) and `/proc/PID/smaps_rollup` (Pss): for nereid "
+        "that is one process; for Triton it is `tritonserver` plus its Python backend "
+        "stub processes (one per model instance). RSS counts pages shared between those "
+        "processes (libpython, numpy, onnxruntime) once per process; PSS splits them, "
+        "so PSS is the fairer total for Triton.",
+        "",
+        "## Reading",
+        "",
+        *reading(data, servers),
+        "",
+        "Caveats: one run per cell with short windows, on a small shared machine; "
+        "differences of a few percent are noise. Neither server has dynamic batching "
+        "configured, so concurrency 8 measures queueing in front of two instances, "
+        "not batching.",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--results", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--requests", required=True)
+    parser.add_argument("--pa-args", required=True)
+    parser.add_argument("--ort-version", required=True)
+    parser.add_argument("--servers", default="nereid triton")
+    parser.add_argument("--nereid-bin", default="target/release/nereid")
+    args = parser.parse_args()
+    data = load(args.results, args.servers.split())
+    text = render(data, args)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()

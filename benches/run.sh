@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# perf_analyzer 2.51 against nereid and, side by side, against the real Triton
+# 2.51 serving the same ONNX files; writes docs/benchmarks.md.
+#
+#   benches/run.sh            # or `make bench`, which builds and sets up first
+#
+# Environment:
+#   BENCH_REQUESTS   requests per perf_analyzer measurement window (2000;
+#                    a run that does not settle is retried once with twice that)
+#   BENCH_SERVERS    which servers to run, in order ("nereid triton")
+#   BENCH_OUT        the report to write (docs/benchmarks.md)
+#   NEREID_BIN       the nereid binary (target/release/nereid; built if missing)
+#   BENCH_READY_TIMEOUT_S  seconds a server gets to become ready (180)
+#
+# Both servers are started one after the other (each timed to ready), then
+# measured in turn, cell by cell, so that background load on a shared machine
+# falls on both alike; the one not measured sits idle. perf_analyzer runs on
+# the same machine. Every process started here is stopped on exit (trap); a
+# server that does not become ready in time fails the run with its log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+requests=${BENCH_REQUESTS:-2000}
+servers=${BENCH_SERVERS:-nereid triton}
+out=${BENCH_OUT:-docs/benchmarks.md}
+nereid_bin=${NEREID_BIN:-target/release/nereid}
+pa=$root/.tools/perf_analyzer/perf_analyzer.sh
+triton_venv=$root/.tools/triton-venv
+models=(simple mlp)
+protocols=(http grpc)
+concurrencies=(1 8)
+readonly READY_TIMEOUT_S=${BENCH_READY_TIMEOUT_S:-180} PA_TIMEOUT_S=120 STOP_TIMEOUT_S=20
+
+log() { printf '[bench] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# --- processes started here, stopped on any exit ---------------------------
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/nereid-bench.XXXXXX")
+# Per server: its pid and ports.
+declare -A server_pid=() http_port=() grpc_port=()
+
+# The pid and every descendant of it, parents first.
+process_tree() {
+  local pid=$1 child
+  [ -d "/proc/$pid" ] || return 0
+  echo "$pid"
+  for child in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do
+    process_tree "$child"
+  done
+}
+
+# Stops a server and its children (Triton's python backend stubs): TERM,
+# then KILL for whatever is left after STOP_TIMEOUT_S.
+stop_server() {
+  local pid=$1 tree i
+  [ -n "$pid" ] || return 0
+  tree=$(process_tree "$pid")
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < STOP_TIMEOUT_S * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  for p in $tree; do kill -KILL "$p" 2>/dev/null || true; done
+  wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+  local rc=$? s
+  for s in "${!server_pid[@]}"; do stop_server "${server_pid[$s]}"; done
+  server_pid=()
+  rm -rf "$work"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# --- setup -----------------------------------------------------------------
+
+setup() {
+  scripts/setup-python.sh
+  scripts/setup-perf-analyzer.sh
+  scripts/setup-triton.sh
+  [ -x "$pa" ] || die "perf_analyzer missing: $pa"
+  ORT_DYLIB_PATH=$(scripts/ort-path.sh)
+  [ -n "$ORT_DYLIB_PATH" ] || die "no libonnxruntime in .venv (scripts/setup-python.sh)"
+  export ORT_DYLIB_PATH
+  # Triton's python models run the same onnxruntime release as nereid links.
+  ort_version=$(.venv/bin/python -c 'import onnxruntime; print(onnxruntime.__version__)')
+  if [ "$("$triton_venv/bin/python" -c 'import onnxruntime; print(onnxruntime.__version__)' 2>/dev/null)" \
+      != "$ort_version" ]; then
+    log "installing onnxruntime==$ort_version into $triton_venv"
+    "$triton_venv/bin/pip" install -q "onnxruntime==$ort_version" 'numpy<2'
+  fi
+  if [ ! -x "$nereid_bin" ]; then
+    log "building nereid (release)"
+    cargo build --release --bin nereid
+  fi
+}
+
+# --- servers ---------------------------------------------------------------
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+free_ports() {
+  python3 - <<'EOF'
+import socket
+socks = [socket.socket() for _ in range(3)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}
+
+# Sum of a /proc field (kB) over $server's process tree, and the process count.
+tree_kb() {
+  local field=$1 file=$2 pid total=0 n=0 kb
+  for pid in $(process_tree "${server_pid[$server]}"); do
+    kb=$(awk -v f="$field:" '$1 == f { print $2 }' "/proc/$pid/$file" 2>/dev/null || true)
+    total=$((total + ${kb:-0}))
+    n=$((n + 1))
+  done
+  echo "$total $n"
+}
+
+record_memory() {
+  local when=$1 rss pss n
+  read -r rss n <<<"$(tree_kb VmRSS status)"
+  read -r pss _ <<<"$(tree_kb Pss smaps_rollup)"
+  {
+    echo "rss_${when}_kb=$rss"
+    echo "pss_${when}_kb=$pss"
+    echo "processes_${when}=$n"
+  } >>"$work/results/$server.env"
+}
+
+# Percent of all CPU time that was busy over 2 s, while nothing of ours
+# runs: other work on the machine skews every number, and the report says so.
+background_busy_pct() {
+  local a b
+  a=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat)
+  sleep 2
+  b=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat)
+  echo "$a $b" | awk '{ busy = $3 - $1; idle = $4 - $2; printf "%d\n", 100 * busy / (busy + idle + 1e-9) }'
+}
+
+# Starts $server on fresh ports, notes its pid and ports, and records the
+# time from exec to a 200 from /v2/health/ready.
+start_server() {
+  local http grpc metrics exe pid t0 t1 i
+  read -r http grpc metrics <<<"$(free_ports)"
+  local repo=$work/nereid_repository
+  case $server in
+    nereid)
+      # The same two models as the Triton repository, so start-up time and
+      # memory compare like with like.
+      mkdir -p "$repo"
+      cp -r model_repository/simple model_repository/mlp "$repo/"
+      exe=$(readlink -f "$nereid_bin")
+      "$nereid_bin" --model-repository "$repo" \
+        --http-address 127.0.0.1 --grpc-address 127.0.0.1 --metrics-address 127.0.0.1 \
+        --http-port "$http" --grpc-port "$grpc" --metrics-port "$metrics" \
+        >"$work/$server.log" 2>&1 &
+      ;;
+    triton)
+      exe=tritonserver
+      # Triton would take a stray __pycache__ for a model folder.
+      rm -rf benches/triton_models/__pycache__
+      TRITON_HTTP_PORT=$http TRITON_GRPC_PORT=$grpc TRITON_METRICS_PORT=$metrics \
+        scripts/run-triton.sh benches/triton_models >"$work/$server.log" 2>&1 &
+      ;;
+  esac
+  pid=$!
+  server_pid[$server]=$pid http_port[$server]=$http grpc_port[$server]=$grpc
+  # The clock starts when the server binary is exec'd: run-triton.sh spends
+  # a few hundred ms in python finding paths first, which is not Triton's.
+  for ((i = 0; i < 2000; i++)); do
+    [[ "$(readlink "/proc/$pid/exe" 2>/dev/null)" == *"$exe" ]] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.005
+  done
+  t0=$(now_ms)
+  until curl -sf -o /dev/null "http://127.0.0.1:$http/v2/health/ready"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      tail -n 40 "$work/$server.log" >&2
+      die "$server exited before becoming ready (log above)"
+    fi
+    if (($(now_ms) - t0 > READY_TIMEOUT_S * 1000)); then
+      tail -n 40 "$work/$server.log" >&2
+      die "$server not ready after ${READY_TIMEOUT_S}s (log above)"
+    fi
+    sleep 0.01
+  done
+  t1=$(now_ms)
+  echo "ready_ms=$((t1 - t0))" >>"$work/results/$server.env"
+  curl -sf "http://127.0.0.1:$http/v2" >"$work/results/$server.metadata.json" || true
+  log "$server ready in $((t1 - t0)) ms (http :$http, grpc :$grpc)"
+}
+
+# --- perf_analyzer ---------------------------------------------------------
+
+# The command line, with the per-run values as shell variables; the report
+# prints it verbatim.
+pa_args() {
+  echo "-m \$MODEL -i \$PROTOCOL -u 127.0.0.1:\$PORT -b 1 --concurrency-range \$C" \
+    "--measurement-mode count_windows --measurement-request-count $requests -s 50 -r 5 -f \$CSV"
+}
+
+# One perf_analyzer run; false when it found no stable measurement.
+measure() {
+  local model=$1 proto=$2 port=$3 c=$4 count=$5 name=$6
+  timeout "$PA_TIMEOUT_S" "$pa" -m "$model" -i "$proto" -u "127.0.0.1:$port" -b 1 \
+    --concurrency-range "$c" --measurement-mode count_windows \
+    --measurement-request-count "$count" -s 50 -r 5 \
+    -f "$work/results/$name.csv" >>"$work/results/$name.log" 2>&1
+}
+
+# Every cell of the matrix, each server in turn.
+run_matrix() {
+  local model proto c port name
+  for model in "${models[@]}"; do
+    for proto in "${protocols[@]}"; do
+      for c in "${concurrencies[@]}"; do
+        for server in $servers; do
+          port=${http_port[$server]}
+          [ "$proto" = grpc ] && port=${grpc_port[$server]}
+          name=${server}_${model}_${proto}_c${c}
+          # An unsettled run gets one more try with windows twice as long.
+          if measure "$model" "$proto" "$port" "$c" "$requests" "$name" ||
+            { log "$name: not stable, retrying with $((2 * requests)) requests per window"
+              echo "retried with $((2 * requests)) requests per window" >"$work/results/$name.retried"
+              measure "$model" "$proto" "$port" "$c" "$((2 * requests))" "$name"; }; then
+            log "$name: $(awk -F, 'NR == 2 { printf "%.0f infer/s", $2 }' "$work/results/$name.csv")"
+          else
+            log "$name: perf_analyzer failed (rc $?): $(tail -n 3 "$work/results/$name.log" | tr '\n' ' ')"
+            rm -f "$work/results/$name.csv"
+            failures=$((failures + 1))
+          fi
+        done
+      done
+    done
+  done
+}
+
+# --- main ------------------------------------------------------------------
+
+setup
+mkdir -p "$work/results"
+failures=0
+for server in $servers; do
+  case $server in nereid | triton) ;; *) die "unknown server '$server' in BENCH_SERVERS" ;; esac
+  busy=$(background_busy_pct)
+  ((busy < 25)) || log "warning: the machine is already ${busy}% busy; numbers will be skewed"
+  echo "busy_before_pct=$busy" >"$work/results/$server.env"
+  start_server
+  record_memory start
+done
+started=$(now_ms)
+run_matrix
+log "measured in $((($(now_ms) - started) / 1000)) s"
+for server in $servers; do
+  record_memory end
+  stop_server "${server_pid[$server]}"
+  unset "server_pid[$server]"
+done
+
+"$root/.venv/bin/python" benches/report.py \
+  --results "$work/results" --out "$out" --requests "$requests" \
+  --pa-args "$(pa_args)" --ort-version "$ort_version" --servers "$servers" \
+  --nereid-bin "$nereid_bin"
+log "wrote $out"
+if ((failures > 0)); then die "$failures perf_analyzer run(s) failed; see $out"; fi
