@@ -55,6 +55,12 @@ const FAMILIES: &[Family] = &[
         value: |s| s.fail.count,
     },
     Family {
+        name: "nereid_inference_request_cancelled",
+        help: "Number of requests dropped before they ran because their client went away",
+        kind: "counter",
+        value: |s| s.cancelled,
+    },
+    Family {
         name: "nv_inference_count",
         help: "Number of inferences performed (does not include cached requests)",
         kind: "counter",
