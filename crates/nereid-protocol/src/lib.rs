@@ -6,6 +6,7 @@
 //! engine, the repository or any backend, and does no I/O.
 
 pub mod grpc;
+mod parameters;
 pub mod rest;
 
 /// Generated gRPC types of package `inference` (Triton's `grpc_service.proto`).

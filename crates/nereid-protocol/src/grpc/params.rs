@@ -52,21 +52,6 @@ pub fn parameters_to_proto(params: &Parameters) -> HashMap<String, InferParamete
         .collect()
 }
 
-/// Removes `key` from `params`, requiring a boolean when present.
-pub(super) fn take_bool(
-    params: &mut Parameters,
-    key: &str,
-    what: &str,
-) -> Result<Option<bool>, Error> {
-    match params.remove(key) {
-        None => Ok(None),
-        Some(Parameter::Bool(b)) => Ok(Some(b)),
-        Some(_) => Err(Error::invalid_argument(format!(
-            "parameter '{key}' of {what} must be a boolean"
-        ))),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use nereid_core::ErrorKind;

@@ -7,19 +7,15 @@
 //! without data; extra raw contents are ignored, because Triton accepts
 //! them and clients that send them work against Triton today.
 
-use std::collections::HashMap;
-
 use bytes::Bytes;
 use nereid_core::{DataType, Error, InferRequest, InputTensor, RequestedOutput};
 
 use super::contents::{Target, contents_to_raw};
-use super::params::{parameters_from_proto, take_bool};
+use super::params::parameters_from_proto;
 use super::parse_model_version;
+use crate::inference::ModelInferRequest;
 use crate::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
-use crate::inference::{InferParameter, ModelInferRequest};
-
-/// The parameter that places a tensor in a registered shared memory region.
-const SHARED_MEMORY_REGION: &str = "shared_memory_region";
+use crate::parameters::{refuse_shared_memory, refuse_unsupported_output, take_bool};
 
 /// Decodes a gRPC inference request. Shapes, datatypes and byte sizes are
 /// checked against the model by the engine; this checks what only the wire
@@ -76,6 +72,7 @@ fn decode_input(
         contents,
     } = input;
     let what = format!("input '{name}'");
+    let parameters = parameters_from_proto(parameters, &what)?;
     refuse_shared_memory(&parameters, &what)?;
     let datatype = DataType::from_wire_name(&datatype).ok_or_else(|| {
         Error::invalid_argument(format!("invalid datatype '{datatype}' for input '{name}'"))
@@ -106,7 +103,6 @@ fn decode_input(
             )));
         }
     };
-    let parameters = parameters_from_proto(parameters, &what)?;
     Ok(InputTensor {
         name,
         datatype,
@@ -118,29 +114,13 @@ fn decode_input(
 
 fn decode_output(output: InferRequestedOutputTensor) -> Result<RequestedOutput, Error> {
     let what = format!("output '{}'", output.name);
-    refuse_shared_memory(&output.parameters, &what)?;
     let mut parameters = parameters_from_proto(output.parameters, &what)?;
     take_bool(&mut parameters, "binary_data", &what)?;
-    if parameters.contains_key("classification") {
-        return Err(Error::unsupported(format!(
-            "{what} asks for classification, which this server does not support yet"
-        )));
-    }
+    refuse_unsupported_output(&parameters, &what)?;
     Ok(RequestedOutput {
         name: output.name,
         parameters,
     })
-}
-
-/// Shared memory is not implemented: a tensor placed in a region is refused
-/// rather than answered from (or into) the wrong place.
-fn refuse_shared_memory(params: &HashMap<String, InferParameter>, what: &str) -> Result<(), Error> {
-    if params.contains_key(SHARED_MEMORY_REGION) {
-        return Err(Error::unsupported(format!(
-            "{what} uses a shared memory region, but the shared memory extensions are not implemented yet"
-        )));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ use proptest::prelude::*;
 use prost::Message;
 
 use super::*;
+use crate::inference::InferParameter;
 use crate::inference::InferTensorContents;
 use crate::inference::infer_parameter::ParameterChoice;
 

@@ -5,13 +5,12 @@
 
 use bytes::Bytes;
 use nereid_core::tensor::element_count;
-use nereid_core::{
-    DataType, Error, InferRequest, InputTensor, Parameter, Parameters, RequestedOutput,
-};
+use nereid_core::{DataType, Error, InferRequest, InputTensor, RequestedOutput};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{json_data, params};
+use crate::parameters::{refuse_shared_memory, refuse_unsupported_output, take_bool, take_size};
 
 #[derive(Deserialize)]
 struct RequestJson {
@@ -171,6 +170,7 @@ fn decode_input(
     }
     let what = format!("input '{name}'");
     let mut parameters = params::from_json(parameters.unwrap_or_default(), &what)?;
+    refuse_shared_memory(&parameters, &what)?;
     let binary_size = take_size(&mut parameters, "binary_data_size", &what)?;
     let data = match (binary_size, data) {
         (Some(size), None) => binary.take(model, &name, size)?,
@@ -207,34 +207,9 @@ fn decode_output(
     if let Some(binary) = take_bool(&mut parameters, "binary_data", &what)? {
         encoding.explicit.push((output.name.clone(), binary));
     }
-    if parameters.contains_key("classification") {
-        return Err(Error::unsupported(format!(
-            "{what} asks for classification, which this server does not support yet"
-        )));
-    }
+    refuse_unsupported_output(&parameters, &what)?;
     Ok(RequestedOutput {
         name: output.name,
         parameters,
     })
-}
-
-fn take_bool(params: &mut Parameters, key: &str, what: &str) -> Result<Option<bool>, Error> {
-    match params.remove(key) {
-        None => Ok(None),
-        Some(Parameter::Bool(b)) => Ok(Some(b)),
-        Some(_) => Err(Error::invalid_argument(format!(
-            "parameter '{key}' of {what} must be a boolean"
-        ))),
-    }
-}
-
-fn take_size(params: &mut Parameters, key: &str, what: &str) -> Result<Option<u64>, Error> {
-    match params.remove(key) {
-        None => Ok(None),
-        Some(Parameter::Int64(v)) if v >= 0 => Ok(Some(v as u64)),
-        Some(Parameter::Uint64(v)) => Ok(Some(v)),
-        Some(_) => Err(Error::invalid_argument(format!(
-            "parameter '{key}' of {what} must be a non-negative integer"
-        ))),
-    }
 }

@@ -1,0 +1,60 @@
+//! Request, input and output parameters that the wire protocols themselves
+//! interpret, the same way over HTTP and gRPC, on core [`Parameters`].
+
+use nereid_core::{Error, Parameter, Parameters};
+
+/// The parameter that places a tensor in a registered shared memory region.
+pub(crate) const SHARED_MEMORY_REGION: &str = "shared_memory_region";
+
+/// Removes a boolean parameter; `what` names its owner in errors.
+pub(crate) fn take_bool(
+    params: &mut Parameters,
+    key: &str,
+    what: &str,
+) -> Result<Option<bool>, Error> {
+    match params.remove(key) {
+        None => Ok(None),
+        Some(Parameter::Bool(b)) => Ok(Some(b)),
+        Some(_) => Err(Error::invalid_argument(format!(
+            "parameter '{key}' of {what} must be a boolean"
+        ))),
+    }
+}
+
+/// Removes a non-negative integer parameter.
+pub(crate) fn take_size(
+    params: &mut Parameters,
+    key: &str,
+    what: &str,
+) -> Result<Option<u64>, Error> {
+    match params.remove(key) {
+        None => Ok(None),
+        Some(Parameter::Int64(v)) if v >= 0 => Ok(Some(v as u64)),
+        Some(Parameter::Uint64(v)) => Ok(Some(v)),
+        Some(_) => Err(Error::invalid_argument(format!(
+            "parameter '{key}' of {what} must be a non-negative integer"
+        ))),
+    }
+}
+
+/// Refuses a tensor placed in shared memory: the extension is not built,
+/// and answering from the wrong place would be worse than an error.
+pub(crate) fn refuse_shared_memory(params: &Parameters, what: &str) -> Result<(), Error> {
+    if params.contains_key(SHARED_MEMORY_REGION) {
+        return Err(Error::unsupported(format!(
+            "{what} uses a shared memory region, but the shared memory extensions are not implemented yet"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks an output's parameters for features not built yet.
+pub(crate) fn refuse_unsupported_output(params: &Parameters, what: &str) -> Result<(), Error> {
+    refuse_shared_memory(params, what)?;
+    if params.contains_key("classification") {
+        return Err(Error::unsupported(format!(
+            "{what} asks for classification, which this server does not support yet"
+        )));
+    }
+    Ok(())
+}
