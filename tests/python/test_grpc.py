@@ -176,9 +176,16 @@ def test_raw_size_mismatch(stub):
 
 def test_unimplemented_rpcs_say_so(stub):
     with pytest.raises(grpc.RpcError) as err:
-        stub.RepositoryModelLoad(service_pb2.RepositoryModelLoadRequest(model_name="simple"))
+        stub.SystemSharedMemoryStatus(service_pb2.SystemSharedMemoryStatusRequest())
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert "not implemented" in err.value.details()
+
+
+def test_load_outside_explicit_mode_answers_as_triton(stub):
+    with pytest.raises(grpc.RpcError) as err:
+        stub.RepositoryModelLoad(service_pb2.RepositoryModelLoadRequest(model_name="simple"))
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert err.value.details() == "explicit model load / unload is not allowed if polling is enabled"
 
 
 def test_repository_index(stub):

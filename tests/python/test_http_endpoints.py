@@ -106,7 +106,7 @@ def test_metrics(server):
     assert "nv_inference_exec_count" in text
 
 
-def test_unimplemented_extensions_say_so(server):
+def test_load_outside_explicit_mode_answers_as_triton(server):
     r = requests.post(f"{server.base}/v2/repository/models/simple/load")
-    assert r.status_code == 501
-    assert "not implemented" in r.json()["error"]
+    assert r.status_code == 503
+    assert r.json()["error"] == "explicit model load / unload is not allowed if polling is enabled"

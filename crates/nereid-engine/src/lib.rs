@@ -5,42 +5,47 @@
 //!
 //! This crate must not depend on a wire format (HTTP, gRPC, JSON) nor on a
 //! concrete backend: backends are handed in as `Arc<dyn Backend>`.
+//!
+//! Model control follows tritonserver's modes (none, poll, explicit): a
+//! (re)load never fails a request, because a changed version is loaded
+//! beside the serving one and swapped in when ready.
 
 mod batch;
+mod lifecycle;
 mod metadata;
 mod model;
+mod options;
+mod plan;
+mod poll;
 mod registry;
 mod scheduler;
+mod source;
 pub mod stats;
 mod validate;
+mod watcher;
 mod worker;
 
-use std::path::PathBuf;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use nereid_core::model_config::ModelConfig;
 use nereid_core::{Backend, Error, InferRequest, InferResponse};
 use nereid_repository::Repository;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 
 pub use metadata::{ModelMetadata, TensorMetadata};
 pub use model::LoadedVersion;
+pub use options::{ControlMode, EngineOptions, LoadFailure, LoadRequest, ModelControl};
 pub use registry::{IndexEntry, ModelState};
 pub use validate::{ValidatedRequest, validate};
 
-use registry::{ModelEntry, Registry, VersionEntry};
+use registry::Registry;
+use source::Source;
 use stats::StatsSnapshot;
 
-/// How the engine finds and treats models.
-#[derive(Debug, Clone)]
-pub struct EngineOptions {
-    pub repositories: Vec<PathBuf>,
-    /// Refuse to autofill missing config fields from the model file.
-    pub strict_model_config: bool,
-    /// Report ready only when every model is ready.
-    pub strict_readiness: bool,
-}
+/// What Triton answers to a load or unload outside explicit model control.
+const NOT_EXPLICIT: &str = "explicit model load / unload is not allowed if polling is enabled";
 
 /// Statistics of one model version.
 #[derive(Debug, Clone)]
@@ -58,9 +63,14 @@ pub struct Engine {
 
 struct Inner {
     options: EngineOptions,
+    control: ModelControl,
     repository: Repository,
     backends: Vec<Arc<dyn Backend>>,
     registry: RwLock<Registry>,
+    /// One lock per model name: loads and unloads of a model never overlap.
+    locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// Poll mode's repository watcher, once started.
+    watcher: Mutex<Option<watcher::Watcher>>,
     started: AtomicBool,
     stopping: AtomicBool,
 }
@@ -74,86 +84,134 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
+    /// An engine that loads every model at startup and never changes them
+    /// (model control mode `none`).
     pub fn new(options: EngineOptions, backends: Vec<Arc<dyn Backend>>) -> Engine {
+        Engine::with_model_control(options, ModelControl::default(), backends)
+    }
+
+    pub fn with_model_control(
+        options: EngineOptions,
+        control: ModelControl,
+        backends: Vec<Arc<dyn Backend>>,
+    ) -> Engine {
         let repository = Repository::new(options.repositories.clone(), options.strict_model_config);
         Engine {
             inner: Arc::new(Inner {
                 options,
+                control,
                 repository,
                 backends,
                 registry: RwLock::new(Registry::default()),
+                locks: Mutex::new(HashMap::new()),
+                watcher: Mutex::new(None),
                 started: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
             }),
         }
     }
 
-    /// Loads every model in the repositories, in parallel; blocks until
-    /// each has loaded or failed. A failed model is recorded UNAVAILABLE
-    /// with its reason; the others serve. Errs only if a repository folder
-    /// itself cannot be read.
-    pub fn load_all(&self) -> Result<(), Error> {
+    pub fn control_mode(&self) -> ControlMode {
+        self.inner.control.mode
+    }
+
+    /// Startup: loads the models the control mode asks for (every model,
+    /// or in explicit mode the `startup_models`), in parallel, and blocks
+    /// until each has loaded or failed. A failed model is recorded
+    /// UNAVAILABLE with its reason and returned; the others serve. In poll
+    /// mode the repository is followed from then on. Errs only if a
+    /// repository folder itself cannot be read.
+    pub fn load_all(&self) -> Result<Vec<LoadFailure>, Error> {
         let dirs = self
             .inner
             .repository
             .scan()
             .map_err(|e| Error::internal(format!("cannot read the model repository: {e}")))?;
-        std::thread::scope(|scope| {
-            for dir in &dirs {
-                scope.spawn(move || {
-                    let entry = self.load_model(dir);
-                    self.inner.registry.write().set(dir.name.clone(), entry);
-                });
-            }
-        });
+        let (dirs, mut failures) = self.startup_selection(dirs);
+        let applied: BTreeMap<String, u64> = dirs
+            .iter()
+            .filter_map(|d| Some((d.name.clone(), watcher::fingerprint_entry(d).ok()?)))
+            .collect();
+        failures.extend(self.load_many(dirs.into_iter().map(Source::repository).collect()));
         self.inner.started.store(true, Ordering::SeqCst);
-        Ok(())
+        if self.control_mode() == ControlMode::Poll && !self.inner.stopping.load(Ordering::SeqCst) {
+            *self.inner.watcher.lock() = watcher::start(&self.inner, applied);
+        }
+        Ok(failures)
     }
 
-    fn load_model(&self, dir: &nereid_repository::ModelEntry) -> ModelEntry {
-        let resolved = match self.inner.repository.resolve(dir, &self.inner.backends) {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(model = %dir.name, error = %e, "model unavailable");
-                return ModelEntry {
-                    failure: Some(e.to_string()),
-                    ..ModelEntry::default()
-                };
-            }
-        };
-        let config = Arc::new(resolved.config);
-        let mut entry = ModelEntry::default();
-        for v in resolved.versions {
-            let loaded = LoadedVersion::load(
-                &resolved.backend,
-                Arc::clone(&config),
-                v.version,
-                v.model_path,
-            );
-            let version = match loaded {
-                Ok(l) => {
-                    tracing::info!(model = %dir.name, version = v.version, "model ready");
-                    VersionEntry {
-                        state: ModelState::Ready,
-                        reason: String::new(),
-                        loaded: Some(Arc::new(l)),
-                    }
-                }
-                Err(e) => {
-                    tracing::error!(model = %dir.name, version = v.version, error = %e, "model version unavailable");
-                    VersionEntry {
-                        state: ModelState::Unavailable,
-                        reason: e.to_string(),
-                        loaded: None,
-                    }
-                }
-            };
-            entry.versions.insert(v.version, version);
+    /// The model folders to load at startup, and the startup models that
+    /// are not in the repository.
+    fn startup_selection(
+        &self,
+        dirs: Vec<nereid_repository::ModelEntry>,
+    ) -> (Vec<nereid_repository::ModelEntry>, Vec<LoadFailure>) {
+        let wanted = &self.inner.control.startup_models;
+        if self.control_mode() != ControlMode::Explicit || wanted.iter().any(|m| m == "*") {
+            return (dirs, Vec::new());
         }
-        if entry.versions.is_empty() {
-            entry.failure = Some(format!("model '{}' has no version to load", dir.name));
+        let missing = wanted
+            .iter()
+            .filter(|m| !dirs.iter().any(|d| &d.name == *m))
+            .map(|m| {
+                let reason =
+                    format!("failed to poll model '{m}': model not found in any model repository");
+                tracing::error!("{reason}");
+                LoadFailure {
+                    model: m.clone(),
+                    reason,
+                }
+            })
+            .collect();
+        let dirs = dirs
+            .into_iter()
+            .filter(|d| wanted.contains(&d.name))
+            .collect();
+        (dirs, missing)
+    }
+
+    /// The repository API's load: loads `name` (again), from its folder or
+    /// from the request's config and files. The new versions load beside
+    /// the serving ones and replace them when ready; on failure the old
+    /// ones keep serving. Only in explicit model control.
+    pub async fn load_model(&self, name: &str, request: LoadRequest) -> Result<(), Error> {
+        self.require_explicit()?;
+        let engine = self.clone();
+        let name = name.to_string();
+        tokio::task::spawn_blocking(move || {
+            let found = engine.find_model(&name)?;
+            engine.sync_model(source::for_request(&name, request, found)?, true)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("the load task failed: {e}")))?
+    }
+
+    /// The repository API's unload. Requests in flight finish first. There
+    /// are no ensembles yet, so `unload_dependents` has nothing to add.
+    pub async fn unload_model(&self, name: &str, _unload_dependents: bool) -> Result<(), Error> {
+        self.require_explicit()?;
+        let engine = self.clone();
+        let name = name.to_string();
+        tokio::task::spawn_blocking(move || engine.unload_now(&name))
+            .await
+            .map_err(|e| Error::internal(format!("the unload task failed: {e}")))
+    }
+
+    fn require_explicit(&self) -> Result<(), Error> {
+        if self.control_mode() == ControlMode::Explicit {
+            Ok(())
+        } else {
+            Err(Error::unavailable(NOT_EXPLICIT))
         }
-        entry
+    }
+
+    fn find_model(&self, name: &str) -> Result<Option<nereid_repository::ModelEntry>, Error> {
+        let dirs = self
+            .inner
+            .repository
+            .scan()
+            .map_err(|e| Error::internal(format!("cannot read the model repository: {e}")))?;
+        Ok(dirs.into_iter().find(|d| d.name == name))
     }
 
     /// The server process is up and not shutting down.
@@ -169,9 +227,11 @@ impl Engine {
             && (!self.inner.options.strict_readiness || self.inner.registry.read().all_ready())
     }
 
-    /// Marks the server as shutting down: readiness turns false.
+    /// Marks the server as shutting down: readiness turns false and the
+    /// repository is no longer followed.
     pub fn begin_shutdown(&self) {
         self.inner.stopping.store(true, Ordering::SeqCst);
+        drop(self.inner.watcher.lock().take());
     }
 
     pub fn model_ready(&self, name: &str, version: Option<i64>) -> bool {
@@ -241,8 +301,25 @@ impl Engine {
             .collect())
     }
 
-    /// The repository index: one row per version, plus failed models.
+    /// The repository index: one row per known version, one per model
+    /// that failed as a whole, and a name-only row for every model folder
+    /// that was never loaded, sorted by name as Triton sorts it.
     pub fn index(&self) -> Vec<IndexEntry> {
-        self.inner.registry.read().index()
+        let dirs = self.inner.repository.scan().unwrap_or_default();
+        let registry = self.inner.registry.read();
+        let mut rows = registry.index();
+        rows.extend(
+            dirs.into_iter()
+                .filter(|d| !registry.contains(&d.name))
+                .map(|d| IndexEntry {
+                    name: d.name,
+                    version: None,
+                    state: None,
+                    reason: String::new(),
+                }),
+        );
+        drop(registry);
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        rows
     }
 }

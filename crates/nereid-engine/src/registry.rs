@@ -1,5 +1,6 @@
 //! The table of models the engine knows, with each version's state. Plain
-//! data with sync methods; the engine holds it behind a lock.
+//! data with sync methods; the engine holds it behind a lock. Loading
+//! happens elsewhere: the registry only swaps finished handles in and out.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -7,6 +8,10 @@ use std::sync::Arc;
 use nereid_core::Error;
 
 use crate::model::LoadedVersion;
+
+/// Triton's reason for a version that was unloaded on purpose; such a
+/// version does not make the server unready.
+pub const UNLOADED: &str = "unloaded";
 
 /// A version's lifecycle state, named as Triton's repository index names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,23 +39,87 @@ pub struct VersionEntry {
     pub state: ModelState,
     pub reason: String,
     pub loaded: Option<Arc<LoadedVersion>>,
+    /// Fingerprint of the version folder when this handle was loaded, so a
+    /// later look can tell whether its files changed.
+    pub fingerprint: Option<u64>,
 }
 
-/// One model: a model-level failure reason, and its versions.
+impl VersionEntry {
+    pub fn ready(loaded: Arc<LoadedVersion>, fingerprint: Option<u64>) -> VersionEntry {
+        VersionEntry {
+            state: ModelState::Ready,
+            reason: String::new(),
+            loaded: Some(loaded),
+            fingerprint,
+        }
+    }
+
+    pub fn unavailable(reason: impl Into<String>) -> VersionEntry {
+        VersionEntry {
+            state: ModelState::Unavailable,
+            reason: reason.into(),
+            loaded: None,
+            fingerprint: None,
+        }
+    }
+
+    pub fn loading() -> VersionEntry {
+        VersionEntry {
+            state: ModelState::Loading,
+            reason: String::new(),
+            loaded: None,
+            fingerprint: None,
+        }
+    }
+}
+
+/// One model: why its last load failed, if it did, and its versions.
 #[derive(Debug, Clone, Default)]
 pub struct ModelEntry {
-    /// Why the model as a whole is unavailable (bad config, no version).
+    /// Why the last load of the model failed as a whole (bad config, no
+    /// version) or, when older versions keep serving, why its reload did.
     pub failure: Option<String>,
     pub versions: BTreeMap<i64, VersionEntry>,
+    /// A folder written from a load request's file contents; kept while
+    /// the model is known so a reload can read it again.
+    pub files: Option<Arc<tempfile::TempDir>>,
+}
+
+impl ModelEntry {
+    /// A model that failed before any version could be tried.
+    pub fn failed(reason: impl Into<String>) -> ModelEntry {
+        ModelEntry {
+            failure: Some(reason.into()),
+            ..ModelEntry::default()
+        }
+    }
+
+    fn serving(&self) -> bool {
+        self.versions.values().any(|v| v.loaded.is_some())
+    }
+
+    /// Triton's strict readiness for one model: it has a version state,
+    /// and every version is ready or was unloaded on purpose.
+    fn is_ready(&self) -> bool {
+        if self.versions.is_empty() {
+            return self.failure.is_none();
+        }
+        self.versions
+            .values()
+            .all(|v| v.state == ModelState::Ready || v.reason == UNLOADED)
+    }
 }
 
 /// A row of the repository index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {
     pub name: String,
-    /// `None` for a model that failed before any version was known.
+    /// `None` for a model that failed before any version was known, or
+    /// that is in the repository but not loaded.
     pub version: Option<i64>,
-    pub state: ModelState,
+    /// `None` for a model in the repository that was never loaded
+    /// (explicit model control), as Triton lists it: name only.
+    pub state: Option<ModelState>,
     pub reason: String,
 }
 
@@ -61,8 +130,65 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn set(&mut self, name: String, entry: ModelEntry) {
-        self.models.insert(name, entry);
+    /// Puts `entry` in place of the model's current one and hands the
+    /// previous one back, so the caller drops it outside the lock.
+    pub fn set(&mut self, name: String, entry: ModelEntry) -> Option<ModelEntry> {
+        self.models.insert(name, entry)
+    }
+
+    pub fn remove(&mut self, name: &str) -> Option<ModelEntry> {
+        self.models.remove(name)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&ModelEntry> {
+        self.models.get(name)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.models.contains_key(name)
+    }
+
+    /// Records why a load of `name` failed. Versions that serve keep
+    /// serving; a model with nothing serving becomes that failure alone.
+    pub fn record_failure(&mut self, name: &str, reason: String) -> Option<ModelEntry> {
+        match self.models.get_mut(name) {
+            Some(entry) if entry.serving() => {
+                entry.failure = Some(reason);
+                None
+            }
+            _ => self.set(name.to_string(), ModelEntry::failed(reason)),
+        }
+    }
+
+    /// Marks the model unloaded: every version UNAVAILABLE "unloaded", as
+    /// Triton shows it. Returns the handles that were serving, for the
+    /// caller to drop outside the lock (in-flight requests still hold them).
+    pub fn unload(&mut self, name: &str) -> Vec<Arc<LoadedVersion>> {
+        let Some(entry) = self.models.get_mut(name) else {
+            return Vec::new();
+        };
+        entry.failure = None;
+        entry.files = None;
+        let mut dropped = Vec::new();
+        for version in entry.versions.values_mut() {
+            dropped.extend(version.loaded.take());
+            *version = VersionEntry::unavailable(UNLOADED);
+        }
+        dropped
+    }
+
+    /// Shows `versions` as LOADING while they load for the first time.
+    pub fn mark_loading(&mut self, name: &str, versions: &[i64]) {
+        let entry = self.models.entry(name.to_string()).or_default();
+        for &v in versions {
+            let row = entry
+                .versions
+                .entry(v)
+                .or_insert_with(VersionEntry::loading);
+            if row.loaded.is_none() {
+                *row = VersionEntry::loading();
+            }
+        }
     }
 
     /// The loaded version a request for `name` / `version` goes to: the one
@@ -72,32 +198,26 @@ impl Registry {
             .models
             .get(name)
             .ok_or_else(|| Error::not_found(unknown_model(name, version)))?;
-        let loaded = match version {
-            Some(v) => model
-                .versions
-                .get(&v)
-                .and_then(|e| e.loaded.clone())
-                .ok_or_else(|| {
-                    if model.versions.contains_key(&v) {
-                        Error::unavailable(format!(
-                            "Request for unknown model: '{name}' version {v} is not at ready state"
-                        ))
-                    } else {
-                        Error::not_found(unknown_model(name, version))
-                    }
-                })?,
+        match version {
+            Some(v) => match model.versions.get(&v) {
+                Some(entry) => entry.loaded.clone().ok_or_else(|| {
+                    Error::unavailable(format!(
+                        "Request for unknown model: '{name}' version {v} is not at ready state"
+                    ))
+                }),
+                None => Err(Error::not_found(unknown_model(name, version))),
+            },
             None => model
                 .versions
                 .values()
                 .rev()
                 .find_map(|e| e.loaded.clone())
                 .ok_or_else(|| {
-                    Error::unavailable(format!(
+                    Error::not_found(format!(
                         "Request for unknown model: '{name}' has no available versions"
                     ))
-                })?,
-        };
-        Ok(loaded)
+                }),
+        }
     }
 
     /// Whether `name` (at `version`, or any version) is ready.
@@ -105,11 +225,10 @@ impl Registry {
         self.resolve(name, version).is_ok()
     }
 
-    /// Whether every known model has a ready version and no failure.
+    /// Triton's strict readiness: every known model has a version state,
+    /// and each version is READY or was unloaded on purpose.
     pub fn all_ready(&self) -> bool {
-        self.models.values().all(|m| {
-            m.failure.is_none() && m.versions.values().all(|v| v.state == ModelState::Ready)
-        })
+        self.models.values().all(ModelEntry::is_ready)
     }
 
     /// Every ready version of every model, for statistics.
@@ -121,24 +240,31 @@ impl Registry {
         })
     }
 
-    /// The repository index, one row per version (or per failed model).
+    /// The repository index, one row per version (or per failed model). A
+    /// failed reload's reason shows on the versions that keep serving.
     pub fn index(&self) -> Vec<IndexEntry> {
         let mut rows = Vec::new();
         for (name, model) in &self.models {
-            if let Some(reason) = &model.failure {
+            if let Some(reason) = &model.failure
+                && model.versions.is_empty()
+            {
                 rows.push(IndexEntry {
                     name: name.clone(),
                     version: None,
-                    state: ModelState::Unavailable,
+                    state: Some(ModelState::Unavailable),
                     reason: reason.clone(),
                 });
             }
             for (&version, v) in &model.versions {
+                let reason = match (&model.failure, v.state) {
+                    (Some(failure), ModelState::Ready) => format!("reload failed: {failure}"),
+                    _ => v.reason.clone(),
+                };
                 rows.push(IndexEntry {
                     name: name.clone(),
                     version: Some(version),
-                    state: v.state,
-                    reason: v.reason.clone(),
+                    state: Some(v.state),
+                    reason,
                 });
             }
         }
@@ -150,5 +276,95 @@ fn unknown_model(name: &str, version: Option<i64>) -> String {
     match version {
         Some(v) => format!("Request for unknown model: '{name}' version {v} is not found"),
         None => format!("Request for unknown model: '{name}' is not found"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(rows: &[(i64, ModelState, &str)]) -> ModelEntry {
+        let mut entry = ModelEntry::default();
+        for &(v, state, reason) in rows {
+            entry.versions.insert(
+                v,
+                VersionEntry {
+                    state,
+                    reason: reason.into(),
+                    loaded: None,
+                    fingerprint: None,
+                },
+            );
+        }
+        entry
+    }
+
+    #[test]
+    fn strict_readiness_follows_triton() {
+        let mut registry = Registry::default();
+        assert!(
+            registry.all_ready(),
+            "nothing loaded (explicit mode) is ready"
+        );
+        registry.set("a".into(), model(&[(1, ModelState::Ready, "")]));
+        registry.set("b".into(), model(&[(1, ModelState::Unavailable, UNLOADED)]));
+        assert!(registry.all_ready(), "unloaded versions do not count");
+        registry.set("c".into(), model(&[(2, ModelState::Loading, "")]));
+        assert!(!registry.all_ready());
+        registry.set(
+            "c".into(),
+            model(&[(2, ModelState::Unavailable, "bad file")]),
+        );
+        assert!(!registry.all_ready());
+        registry.set("c".into(), ModelEntry::failed("bad config"));
+        assert!(!registry.all_ready());
+    }
+
+    #[test]
+    fn a_failure_without_versions_is_one_row() {
+        let mut registry = Registry::default();
+        registry.record_failure("m", "bad config".into());
+        let rows = registry.index();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].version, None);
+        assert_eq!(rows[0].state, Some(ModelState::Unavailable));
+        assert_eq!(rows[0].reason, "bad config");
+        let err = registry.resolve("m", None).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "Request for unknown model: 'm' has no available versions"
+        );
+    }
+
+    #[test]
+    fn unload_marks_every_version() {
+        let mut registry = Registry::default();
+        registry.set(
+            "m".into(),
+            model(&[
+                (1, ModelState::Ready, ""),
+                (2, ModelState::Unavailable, "x"),
+            ]),
+        );
+        assert!(registry.unload("m").is_empty());
+        let rows = registry.index();
+        assert!(
+            rows.iter()
+                .all(|r| r.state == Some(ModelState::Unavailable) && r.reason == UNLOADED),
+            "{rows:?}"
+        );
+        assert!(registry.unload("nope").is_empty());
+    }
+
+    #[test]
+    fn loading_rows_appear_beside_existing_ones() {
+        let mut registry = Registry::default();
+        registry.set("m".into(), model(&[(1, ModelState::Unavailable, UNLOADED)]));
+        registry.mark_loading("m", &[1, 2]);
+        let states: Vec<_> = registry.index().into_iter().map(|r| r.state).collect();
+        assert_eq!(
+            states,
+            [Some(ModelState::Loading), Some(ModelState::Loading)]
+        );
     }
 }

@@ -142,15 +142,21 @@ impl Repository {
         entry: &ModelEntry,
         backends: &[Arc<dyn Backend>],
     ) -> Result<ResolvedModel, ModelError> {
-        if !entry.duplicates.is_empty() {
-            let mut paths = vec![entry.path.clone()];
-            paths.extend(entry.duplicates.iter().cloned());
-            return Err(ModelError::NotUnique {
-                name: entry.name.clone(),
-                paths,
-            });
-        }
-        let mut config = self.read_config(&entry.path)?;
+        check_unique(entry)?;
+        let config = self.read_config(&entry.path)?;
+        self.resolve_with_config(entry, config, backends)
+    }
+
+    /// Like [`Repository::resolve`], with `config` in place of the folder's
+    /// `config.pbtxt` (the repository API's config override). It is
+    /// autofilled, defaulted and validated the same way.
+    pub fn resolve_with_config(
+        &self,
+        entry: &ModelEntry,
+        mut config: ModelConfig,
+        backends: &[Arc<dyn Backend>],
+    ) -> Result<ResolvedModel, ModelError> {
+        check_unique(entry)?;
         if config.name.is_empty() {
             config.name.clone_from(&entry.name);
         } else if config.name != entry.name {
@@ -253,6 +259,19 @@ impl Repository {
             })
             .collect()
     }
+}
+
+/// Triton refuses a model whose name appears in more than one root.
+fn check_unique(entry: &ModelEntry) -> Result<(), ModelError> {
+    if entry.duplicates.is_empty() {
+        return Ok(());
+    }
+    let mut paths = vec![entry.path.clone()];
+    paths.extend(entry.duplicates.iter().cloned());
+    Err(ModelError::NotUnique {
+        name: entry.name.clone(),
+        paths,
+    })
 }
 
 fn model_path(model_dir: &Path, version: i64, filename: &str) -> PathBuf {

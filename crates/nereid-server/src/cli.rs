@@ -5,9 +5,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
 use clap::builder::BoolishValueParser;
-use nereid_engine::EngineOptions;
+use clap::{Parser, ValueEnum};
+use nereid_engine::{ControlMode, EngineOptions, ModelControl};
 
 use crate::server::ServerConfig;
 
@@ -69,6 +69,27 @@ pub struct Args {
     #[arg(long, default_value = "true", value_parser = BoolishValueParser::new(), num_args = 1)]
     pub strict_readiness: bool,
 
+    /// When models load and unload: none (all at startup, never again),
+    /// poll (follow the repository folders), explicit (startup models,
+    /// then the repository API).
+    #[arg(long, value_enum, ignore_case = true, default_value_t = ModelControlMode::None)]
+    pub model_control_mode: ModelControlMode,
+
+    /// A model to load at startup in explicit mode; repeat for several, `*`
+    /// for every model.
+    #[arg(long = "load-model", value_name = "NAME")]
+    pub load_model: Vec<String>,
+
+    /// Poll mode: seconds between full rescans of the repository (file
+    /// events are followed at once); 0 stops following it.
+    #[arg(long, default_value_t = 15)]
+    pub repository_poll_secs: u64,
+
+    /// Exit when a model fails to load at startup; when false, serve the
+    /// models that loaded.
+    #[arg(long, default_value = "true", value_parser = BoolishValueParser::new(), num_args = 1)]
+    pub exit_on_error: bool,
+
     /// Verbose logging level; 0 is off.
     #[arg(long, default_value_t = 0)]
     pub log_verbose: u32,
@@ -82,6 +103,24 @@ pub struct Args {
     pub onnxruntime_library: Option<PathBuf>,
 }
 
+/// `--model-control-mode` values, as tritonserver spells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModelControlMode {
+    None,
+    Poll,
+    Explicit,
+}
+
+impl From<ModelControlMode> for ControlMode {
+    fn from(mode: ModelControlMode) -> Self {
+        match mode {
+            ModelControlMode::None => ControlMode::None,
+            ModelControlMode::Poll => ControlMode::Poll,
+            ModelControlMode::Explicit => ControlMode::Explicit,
+        }
+    }
+}
+
 impl Args {
     /// Checks the flags and turns them into a server config.
     pub fn into_config(self) -> anyhow::Result<ServerConfig> {
@@ -93,12 +132,24 @@ impl Args {
         if !self.allow_http && !self.allow_grpc {
             anyhow::bail!("--allow-http and --allow-grpc are both false: nothing would serve");
         }
+        if !self.load_model.is_empty() && self.model_control_mode != ModelControlMode::Explicit {
+            // tritonserver's words.
+            anyhow::bail!(
+                "Use of '--load-model' requires setting '--model-control-mode=explicit' as well."
+            );
+        }
         Ok(ServerConfig {
             engine: EngineOptions {
                 repositories: self.model_repository,
                 strict_model_config: self.strict_model_config,
                 strict_readiness: self.strict_readiness,
             },
+            model_control: ModelControl {
+                mode: self.model_control_mode.into(),
+                startup_models: self.load_model,
+                poll_interval: Duration::from_secs(self.repository_poll_secs),
+            },
+            exit_on_error: self.exit_on_error,
             http: self
                 .allow_http
                 .then_some(SocketAddr::new(self.http_address, self.http_port)),
@@ -136,6 +187,51 @@ mod tests {
         assert!(!args.allow_grpc);
         assert!(args.strict_model_config);
         assert!(args.strict_readiness);
+    }
+
+    #[test]
+    fn model_control_flags() {
+        let args = Args::try_parse_from([
+            "nereid",
+            "--model-repository=/a",
+            "--model-control-mode=EXPLICIT",
+            "--load-model=a",
+            "--load-model",
+            "*",
+            "--exit-on-error=false",
+        ])
+        .unwrap();
+        assert_eq!(args.model_control_mode, ModelControlMode::Explicit);
+        assert_eq!(args.load_model, ["a", "*"]);
+        assert!(!args.exit_on_error);
+        let defaults = Args::try_parse_from(["nereid", "--model-repository=/a"]).unwrap();
+        assert_eq!(defaults.model_control_mode, ModelControlMode::None);
+        assert_eq!(defaults.repository_poll_secs, 15);
+        assert!(defaults.exit_on_error);
+        assert!(
+            Args::try_parse_from(["nereid", "--model-repository=/a", "--model-control-mode=x"])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn load_model_needs_explicit_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = format!("--model-repository={}", dir.path().display());
+        for mode in ["none", "poll"] {
+            let args = Args::try_parse_from([
+                "nereid",
+                &repo,
+                &format!("--model-control-mode={mode}"),
+                "--load-model=a",
+            ])
+            .unwrap();
+            let err = args.into_config().unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("requires setting '--model-control-mode=explicit'")
+            );
+        }
     }
 
     #[test]

@@ -9,6 +9,8 @@ pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The Triton protocol extensions this server really implements; an
 /// extension is listed only once it works end to end.
 pub const EXTENSIONS: &[&str] = &[
+    "model_repository",
+    "model_repository(unload_dependents)",
     "binary_tensor_data",
     "model_configuration",
     "statistics",

@@ -12,6 +12,7 @@ mod grpc;
 mod http;
 pub mod info;
 mod metrics;
+mod model_control;
 mod server;
 
 pub use server::{RunningServer, ServerConfig, start};

@@ -22,8 +22,23 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(config: nereid_server::ServerConfig) -> anyhow::Result<()> {
-    let server = nereid_server::start(config).await?;
-    wait_for_signal().await?;
+    let mut server = nereid_server::start(config).await?;
+    // A signal during startup stops at once; a failed startup model stops
+    // with an error under --exit-on-error.
+    let loaded = tokio::select! {
+        loaded = server.wait_loaded() => Some(loaded),
+        signal = wait_for_signal() => {
+            signal?;
+            None
+        }
+    };
+    if let Some(loaded) = loaded {
+        if let Err(e) = loaded {
+            server.shutdown().await?;
+            return Err(e);
+        }
+        wait_for_signal().await?;
+    }
     tracing::info!("shutting down: no new connections, finishing in-flight requests");
     server.shutdown().await?;
     tracing::info!("stopped");

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use nereid_backend_onnx::OnnxBackend;
 use nereid_core::Backend;
-use nereid_engine::{Engine, EngineOptions};
+use nereid_engine::{Engine, EngineOptions, LoadFailure, ModelControl};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -18,6 +18,9 @@ use tokio::task::JoinHandle;
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub engine: EngineOptions,
+    pub model_control: ModelControl,
+    /// Stop when a model fails to load at startup (`--exit-on-error`).
+    pub exit_on_error: bool,
     /// `None` turns the endpoint off.
     pub http: Option<SocketAddr>,
     pub grpc: Option<SocketAddr>,
@@ -37,13 +40,18 @@ pub struct RunningServer {
     exit_timeout: Duration,
     stop: watch::Sender<bool>,
     frontends: Vec<JoinHandle<anyhow::Result<()>>>,
-    loading: Option<JoinHandle<()>>,
+    loading: Option<JoinHandle<Vec<LoadFailure>>>,
+    exit_on_error: bool,
 }
 
 /// Binds every endpoint, starts serving and begins loading the models in
 /// the background: the server is live at once and ready when they loaded.
 pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
-    let engine = Engine::new(config.engine.clone(), backends(&config));
+    let engine = Engine::with_model_control(
+        config.engine.clone(),
+        config.model_control.clone(),
+        backends(&config),
+    );
     let (stop, stopped) = watch::channel(false);
     let mut frontends = Vec::new();
     let http_addr = match config.http {
@@ -86,9 +94,14 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         None => None,
     };
     let loader = engine.clone();
-    let loading = tokio::task::spawn_blocking(move || {
-        if let Err(e) = loader.load_all() {
+    let loading = tokio::task::spawn_blocking(move || match loader.load_all() {
+        Ok(failures) => failures,
+        Err(e) => {
             tracing::error!(error = %e, "model repository could not be loaded");
+            vec![LoadFailure {
+                model: String::new(),
+                reason: e.to_string(),
+            }]
         }
     });
     Ok(RunningServer {
@@ -100,6 +113,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         stop,
         frontends,
         loading: Some(loading),
+        exit_on_error: config.exit_on_error,
     })
 }
 
@@ -147,11 +161,32 @@ impl RunningServer {
     }
 
     /// Waits until the initial model load has finished (each model ready
-    /// or failed).
-    pub async fn wait_loaded(&mut self) {
-        if let Some(loading) = self.loading.take() {
-            let _ = loading.await;
+    /// or failed). With `exit_on_error`, a failed model is an error, as
+    /// tritonserver's "failed to load all models"; without, it is logged
+    /// and the others serve.
+    pub async fn wait_loaded(&mut self) -> anyhow::Result<()> {
+        let Some(loading) = self.loading.take() else {
+            return Ok(());
+        };
+        let failures = loading.await.context("the model loading task panicked")?;
+        if failures.is_empty() {
+            return Ok(());
         }
+        let list: Vec<String> = failures
+            .iter()
+            .map(|f| match f.model.as_str() {
+                "" => f.reason.clone(),
+                model => format!("'{model}': {}", f.reason),
+            })
+            .collect();
+        if self.exit_on_error {
+            anyhow::bail!("failed to load all models: {}", list.join("; "));
+        }
+        tracing::error!(
+            "failed to load all models (--exit-on-error=false: serving the others): {}",
+            list.join("; ")
+        );
+        Ok(())
     }
 
     /// Stops accepting connections, lets in-flight requests finish within

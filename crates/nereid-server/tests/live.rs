@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nereid_engine::EngineOptions;
+use nereid_engine::{EngineOptions, ModelControl};
 use nereid_server::{RunningServer, ServerConfig};
 use serde_json::{Value, json};
 
@@ -20,6 +20,8 @@ async fn start() -> (RunningServer, String) {
             strict_model_config: false,
             strict_readiness: true,
         },
+        model_control: ModelControl::default(),
+        exit_on_error: true,
         http: Some(any),
         grpc: Some(any),
         metrics: Some(any),
@@ -27,7 +29,7 @@ async fn start() -> (RunningServer, String) {
         onnxruntime_library: std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from),
     };
     let mut server = nereid_server::start(config).await.unwrap();
-    server.wait_loaded().await;
+    server.wait_loaded().await.unwrap();
     let base = format!("http://{}", server.http_addr().unwrap());
     (server, base)
 }

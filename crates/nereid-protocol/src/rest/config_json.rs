@@ -1,6 +1,7 @@
 //! A model config rendered as JSON the way Triton renders it: proto field
 //! names, enums by name, every scalar, list and map field even when it holds
-//! the default, unset messages left out, 64-bit integers as numbers.
+//! the default, unset messages left out, 64-bit integers as numbers; and a
+//! config read back from JSON (the repository API's `config` override).
 
 use std::sync::LazyLock;
 
@@ -32,6 +33,24 @@ pub fn model_config_json(config: &ModelConfig) -> Result<Vec<u8>, Error> {
         .serialize_with_options(&mut serializer, &options)
         .map_err(|e| Error::internal(format!("cannot render the model config: {e}")))?;
     Ok(out)
+}
+
+/// Reads a model config from JSON in protobuf's JSON mapping, as Triton
+/// reads a load request's `config` parameter: field names as in the proto
+/// or in lowerCamelCase, enums by name, 64-bit integers as numbers or
+/// strings. Unknown fields are an error, so a misspelt field is not lost.
+pub fn model_config_from_json(text: &str) -> Result<ModelConfig, Error> {
+    let descriptor = MODEL_CONFIG
+        .as_ref()
+        .map_err(|e| Error::internal(e.clone()))?;
+    let invalid = |e: &dyn std::fmt::Display| Error::invalid_argument(e.to_string());
+    let mut deserializer = serde_json::Deserializer::from_str(text);
+    let message = DynamicMessage::deserialize(descriptor.clone(), &mut deserializer)
+        .map_err(|e| invalid(&e))?;
+    deserializer.end().map_err(|e| invalid(&e))?;
+    message
+        .transcode_to::<ModelConfig>()
+        .map_err(|e| invalid(&e))
 }
 
 #[cfg(test)]
@@ -66,5 +85,37 @@ mod tests {
             json.get("version_policy").is_none(),
             "unset messages are left out: {json}"
         );
+    }
+
+    #[test]
+    fn reads_a_config_back_from_json() {
+        let text = r#"{"name": "simple", "max_batch_size": 8, "backend": "onnxruntime",
+            "version_policy": {"all": {}},
+            "input": [{"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [16]}],
+            "instance_group": [{"kind": "KIND_CPU", "count": "2"}]}"#;
+        let config = model_config_from_json(text).unwrap();
+        assert_eq!(config.name, "simple");
+        assert_eq!(config.max_batch_size, 8);
+        assert_eq!(config.input[0].data_type(), DataType::TypeInt32);
+        assert_eq!(config.input[0].dims, [16]);
+        assert_eq!(config.instance_group[0].count, 2);
+        assert!(config.version_policy.is_some());
+        let rendered = model_config_json(&config).unwrap();
+        let again = model_config_from_json(std::str::from_utf8(&rendered).unwrap()).unwrap();
+        assert_eq!(again, config, "round trip");
+    }
+
+    #[test]
+    fn bad_config_json_says_why() {
+        for (text, fragment) in [
+            ("{not json", "key must be a string"),
+            (r#"{"max_batch_size": "eight"}"#, "column 26"),
+            (r#"{"nmae": "x"}"#, "nmae"),
+            (r#"{"name": "x"} trailing"#, "trailing"),
+        ] {
+            let err = model_config_from_json(text).unwrap_err();
+            assert_eq!(err.kind(), nereid_core::ErrorKind::InvalidArgument);
+            assert!(err.message().contains(fragment), "{text}: {err}");
+        }
     }
 }

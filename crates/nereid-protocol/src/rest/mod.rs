@@ -8,7 +8,7 @@ mod infer_response;
 mod json_data;
 mod params;
 
-pub use config_json::model_config_json;
+pub use config_json::{model_config_from_json, model_config_json};
 pub use infer_request::{DecodedRequest, OutputEncoding, decode_infer_request};
 pub use infer_response::{EncodedResponse, encode_infer_response};
 

@@ -1,5 +1,5 @@
 //! Engine types -> gRPC messages: model metadata, statistics and the
-//! repository index. (Request and response tensors are converted in
+//! repository index; repository parameters -> the frontends' shared form. (Request and response tensors are converted in
 //! `nereid_protocol::grpc`, which cannot see the engine.)
 
 use std::collections::HashMap;
@@ -7,11 +7,14 @@ use std::collections::HashMap;
 use nereid_engine::stats::{BatchSnapshot, DurationSnapshot, StatsSnapshot};
 use nereid_engine::{IndexEntry, ModelMetadata, ModelState, TensorMetadata, VersionStatistics};
 use nereid_protocol::inference::model_metadata_response::TensorMetadata as TensorMetadataProto;
+use nereid_protocol::inference::model_repository_parameter::ParameterChoice;
 use nereid_protocol::inference::repository_index_response::ModelIndex;
 use nereid_protocol::inference::{
-    InferBatchStatistics, InferStatistics, ModelMetadataResponse, ModelStatistics,
-    ModelStatisticsResponse, RepositoryIndexResponse, StatisticDuration,
+    InferBatchStatistics, InferStatistics, ModelMetadataResponse, ModelRepositoryParameter,
+    ModelStatistics, ModelStatisticsResponse, RepositoryIndexResponse, StatisticDuration,
 };
+
+use crate::model_control::Param;
 
 pub fn model_metadata(m: ModelMetadata) -> ModelMetadataResponse {
     let tensors = |ts: Vec<TensorMetadata>| -> Vec<TensorMetadataProto> {
@@ -98,15 +101,41 @@ fn duration(d: DurationSnapshot) -> Option<StatisticDuration> {
 pub fn repository_index(entries: Vec<IndexEntry>, ready_only: bool) -> RepositoryIndexResponse {
     let models = entries
         .into_iter()
-        .filter(|e| !ready_only || e.state == ModelState::Ready)
+        .filter(|e| !ready_only || e.state == Some(ModelState::Ready))
         .map(|e| ModelIndex {
             name: e.name,
             version: e.version.map(|v| v.to_string()).unwrap_or_default(),
-            state: e.state.as_str().to_string(),
+            state: e
+                .state
+                .map(ModelState::as_str)
+                .unwrap_or_default()
+                .to_string(),
             reason: e.reason,
         })
         .collect();
     RepositoryIndexResponse { models }
+}
+
+/// Repository load / unload parameters as the frontends share them.
+pub fn repository_params(
+    params: HashMap<String, ModelRepositoryParameter>,
+) -> Vec<(String, Param)> {
+    let mut params: Vec<(String, Param)> = params
+        .into_iter()
+        .map(|(key, value)| {
+            let param = match value.parameter_choice {
+                Some(ParameterChoice::BoolParam(b)) => Param::Bool(b),
+                Some(ParameterChoice::Int64Param(i)) => Param::Int(i),
+                Some(ParameterChoice::StringParam(s)) => Param::Text(s),
+                Some(ParameterChoice::BytesParam(b)) => Param::Bytes(b.to_vec()),
+                None => Param::Other(String::new()),
+            };
+            (key, param)
+        })
+        .collect();
+    // Map order is random; errors should not be.
+    params.sort_by(|a, b| a.0.cmp(&b.0));
+    params
 }
 
 #[cfg(test)]
@@ -179,18 +208,29 @@ mod tests {
             IndexEntry {
                 name: "broken".into(),
                 version: None,
-                state: ModelState::Unavailable,
+                state: Some(ModelState::Unavailable),
                 reason: "bad config".into(),
+            },
+            IndexEntry {
+                name: "not_loaded".into(),
+                version: None,
+                state: None,
+                reason: String::new(),
             },
             IndexEntry {
                 name: "simple".into(),
                 version: Some(1),
-                state: ModelState::Ready,
+                state: Some(ModelState::Ready),
                 reason: String::new(),
             },
         ];
         let all = repository_index(entries.clone(), false);
-        assert_eq!(all.models.len(), 2);
+        assert_eq!(all.models.len(), 3);
+        // Triton lists a model it never loaded by name alone.
+        assert_eq!(
+            (all.models[1].version.as_str(), all.models[1].state.as_str()),
+            ("", "")
+        );
         assert_eq!(all.models[0].version, "");
         assert_eq!(all.models[0].state, "UNAVAILABLE");
         assert_eq!(all.models[0].reason, "bad config");

@@ -15,7 +15,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{convert, stream};
 use crate::error::grpc_status;
-use crate::info;
+use crate::{info, model_control};
 
 /// The inference service: the engine, and the shutdown signal that ends
 /// open streams.
@@ -134,25 +134,42 @@ impl GrpcInferenceService for InferenceService {
     ) -> Rpc<RepositoryIndexResponse> {
         let r = request.into_inner();
         if !r.repository_name.is_empty() {
-            return answer(Err(Error::unsupported(
-                "'repository_name' specification is not supported",
-            )));
+            return answer(Err(repository_name_unsupported()));
         }
         answer(Ok(convert::repository_index(self.engine.index(), r.ready)))
     }
 
     async fn repository_model_load(
         &self,
-        _: Request<RepositoryModelLoadRequest>,
+        request: Request<RepositoryModelLoadRequest>,
     ) -> Rpc<RepositoryModelLoadResponse> {
-        not_implemented("model repository")
+        let r = request.into_inner();
+        if !r.repository_name.is_empty() {
+            return answer(Err(repository_name_unsupported()));
+        }
+        let params = convert::repository_params(r.parameters);
+        let load = model_control::load_request(&r.model_name, params);
+        let result = match load {
+            Ok(load) => self.engine.load_model(&r.model_name, load).await,
+            Err(e) => Err(e),
+        };
+        answer(result.map(|()| RepositoryModelLoadResponse {}))
     }
 
     async fn repository_model_unload(
         &self,
-        _: Request<RepositoryModelUnloadRequest>,
+        request: Request<RepositoryModelUnloadRequest>,
     ) -> Rpc<RepositoryModelUnloadResponse> {
-        not_implemented("model repository")
+        let r = request.into_inner();
+        if !r.repository_name.is_empty() {
+            return answer(Err(repository_name_unsupported()));
+        }
+        let params = convert::repository_params(r.parameters);
+        let result = match model_control::unload_dependents(&r.model_name, params) {
+            Ok(dependents) => self.engine.unload_model(&r.model_name, dependents).await,
+            Err(e) => Err(e),
+        };
+        answer(result.map(|()| RepositoryModelUnloadResponse {}))
     }
 
     async fn system_shared_memory_status(
@@ -204,6 +221,11 @@ impl GrpcInferenceService for InferenceService {
     async fn log_settings(&self, _: Request<LogSettingsRequest>) -> Rpc<LogSettingsResponse> {
         not_implemented("logging")
     }
+}
+
+/// Triton's answer to a repository RPC that names a repository.
+fn repository_name_unsupported() -> Error {
+    Error::unsupported("'repository_name' specification is not supported")
 }
 
 /// Statistics as Triton's `ModelStatistics` answers them: an empty name

@@ -38,13 +38,10 @@ pub fn router(engine: Engine) -> Router {
         .route("/v2/health/ready", get(server::ready))
         .route("/v2/models/stats", get(model::all_stats))
         .route("/v2/repository/index", post(repository::index))
-        .route(
-            "/v2/repository/models/{model}/load",
-            post(repository::not_implemented),
-        )
+        .route("/v2/repository/models/{model}/load", post(repository::load))
         .route(
             "/v2/repository/models/{model}/unload",
-            post(repository::not_implemented),
+            post(repository::unload),
         )
         .nest("/v2/models/{model}", model_routes.clone())
         .nest("/v2/models/{model}/versions/{version}", model_routes)

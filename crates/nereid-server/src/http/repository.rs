@@ -1,15 +1,21 @@
-//! The model repository extension: the index is served; load and unload
-//! come with model control modes and say so until then.
+//! The model repository extension: index, load and unload. Load and
+//! unload work in explicit model control only and answer as Triton does
+//! otherwise (503, "explicit model load / unload is not allowed ...").
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Path, State};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
 use nereid_core::Error;
 use nereid_engine::{Engine, ModelState};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::ApiError;
+use crate::model_control::{self, Param};
 
 #[derive(Deserialize, Default)]
 struct IndexRequest {
@@ -17,41 +23,116 @@ struct IndexRequest {
     ready: bool,
 }
 
+/// Triton's row: a model never loaded is its name alone.
 #[derive(Serialize)]
 struct IndexRow {
     name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     version: Option<String>,
-    state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<&'static str>,
     #[serde(skip_serializing_if = "String::is_empty")]
     reason: String,
 }
 
+/// A load or unload body: `{"parameters": {...}}`, all optional.
+#[derive(Deserialize, Default)]
+struct ControlRequest {
+    #[serde(default)]
+    parameters: serde_json::Map<String, Value>,
+}
+
 /// `POST /v2/repository/index` with an optional `{"ready": bool}` body.
 pub async fn index(State(engine): State<Engine>, body: Bytes) -> Result<Response, ApiError> {
-    let request: IndexRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        IndexRequest::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            Error::invalid_argument(format!("failed to parse the request JSON buffer: {e}"))
-        })?
-    };
+    let request: IndexRequest = parse_body(&body)?;
     let rows: Vec<IndexRow> = engine
         .index()
         .into_iter()
-        .filter(|row| !request.ready || row.state == ModelState::Ready)
+        .filter(|row| !request.ready || row.state == Some(ModelState::Ready))
         .map(|row| IndexRow {
             name: row.name,
             version: row.version.map(|v| v.to_string()),
-            state: row.state.as_str(),
+            state: row.state.map(ModelState::as_str),
             reason: row.reason,
         })
         .collect();
     Ok(Json(rows).into_response())
 }
 
-pub async fn not_implemented() -> ApiError {
-    ApiError(Error::unsupported(
-        "model load and unload are not implemented yet: models are loaded from the repository at startup",
-    ))
+/// `POST /v2/repository/models/{model}/load`, optionally with `config`
+/// and `file:<version>/<path>` (base64) parameters.
+pub async fn load(
+    State(engine): State<Engine>,
+    Path(model): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: ControlRequest = parse_body(&body)?;
+    let params = request
+        .parameters
+        .into_iter()
+        .map(|(key, value)| load_param(&model, key, value))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let request = model_control::load_request(&model, params)?;
+    engine.load_model(&model, request).await?;
+    Ok(empty_ok())
+}
+
+/// `POST /v2/repository/models/{model}/unload`, optionally with the
+/// `unload_dependents` parameter.
+pub async fn unload(
+    State(engine): State<Engine>,
+    Path(model): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: ControlRequest = parse_body(&body)?;
+    let params = request
+        .parameters
+        .into_iter()
+        .map(|(key, value)| (key, json_param(value)))
+        .collect();
+    let dependents = model_control::unload_dependents(&model, params)?;
+    engine.unload_model(&model, dependents).await?;
+    Ok(empty_ok())
+}
+
+/// A JSON parameter as a [`Param`]; `file:` values are base64, as Triton
+/// and `tritonclient` send them.
+fn load_param(model: &str, key: String, value: Value) -> Result<(String, Param), Error> {
+    if key.starts_with("file:")
+        && let Value::String(text) = &value
+    {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| {
+                Error::invalid_argument(format!(
+                    "failed to load '{model}': '{key}' is not valid base64: {e}"
+                ))
+            })?;
+        return Ok((key, Param::Bytes(bytes)));
+    }
+    Ok((key, json_param(value)))
+}
+
+fn json_param(value: Value) -> Param {
+    match value {
+        Value::Bool(b) => Param::Bool(b),
+        Value::Number(n) if n.is_i64() => Param::Int(n.as_i64().unwrap_or_default()),
+        Value::String(s) => Param::Text(s),
+        other => Param::Other(other.to_string()),
+    }
+}
+
+/// An optional JSON body: empty (or whitespace) means the defaults.
+fn parse_body<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, Error> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        Error::invalid_argument(format!("failed to parse the request JSON buffer: {e}"))
+    })
+}
+
+/// Triton answers a load or unload with 200 and an empty body.
+fn empty_ok() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], "").into_response()
 }

@@ -1,0 +1,286 @@
+//! Loading, reloading and unloading models without failing a request. A
+//! changed version is loaded beside the one that serves and swapped in
+//! when ready; requests already holding the old handle finish on it, and
+//! it is freed when the last of them drops it. A failed load leaves what
+//! serves in place. Loads of one model are serialized by a per-model lock;
+//! everything here blocks and runs on threads of its own.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use nereid_core::model_config::ModelConfig;
+use nereid_core::{Backend, Error};
+use nereid_repository::ResolvedModel;
+
+use crate::model::LoadedVersion;
+use crate::plan::{Plan, Serving, Target, plan, same_config};
+use crate::registry::{ModelEntry, UNLOADED, VersionEntry};
+use crate::source::Source;
+use crate::{Engine, LoadFailure};
+
+/// The outcome of loading one version.
+type Loaded = Result<(LoadedVersion, Option<u64>), Error>;
+
+impl Engine {
+    /// Loads (or reloads) the model `source` describes. With `force`,
+    /// versions whose files and config are unchanged are reloaded too.
+    pub(crate) fn sync_model(&self, source: Source, force: bool) -> Result<(), Error> {
+        let lock = self.model_lock(source.name());
+        let _serialized = lock.lock();
+        self.sync_locked(source, force)
+    }
+
+    fn sync_locked(&self, source: Source, force: bool) -> Result<(), Error> {
+        let name = source.name().to_string();
+        let resolved = match self.resolve_source(&source) {
+            Ok(resolved) => resolved,
+            Err(reason) => {
+                tracing::error!(model = %name, error = %reason, "model unavailable");
+                let replaced = self
+                    .inner
+                    .registry
+                    .write()
+                    .record_failure(&name, reason.clone());
+                drop(replaced);
+                return Err(Error::internal(format!(
+                    "failed to load '{name}', failed to poll from model repository: {reason}"
+                )));
+            }
+        };
+        let current = self
+            .inner
+            .registry
+            .read()
+            .get(&name)
+            .cloned()
+            .unwrap_or_default();
+        let targets = targets(&resolved, &source.entry.path);
+        let plan = plan_for(&current, &resolved.config, &targets, force);
+        let fresh: Vec<i64> = plan
+            .load
+            .iter()
+            .copied()
+            .filter(|v| current.versions.get(v).is_none_or(|e| e.loaded.is_none()))
+            .collect();
+        self.inner.registry.write().mark_loading(&name, &fresh);
+        let results = load_versions(&resolved, &targets, &plan.load);
+        let (entry, retired, errors) = commit(current, &plan, results, &source);
+        let replaced = self.inner.registry.write().set(name.clone(), entry);
+        // Dropped outside the lock: requests still holding these finish first.
+        drop((replaced, retired));
+        for v in &plan.retire {
+            tracing::info!(model = %name, version = v, "version unloaded");
+        }
+        if errors.is_empty() {
+            return Ok(());
+        }
+        let reasons: String = errors
+            .iter()
+            .map(|(v, e)| format!("version {v} is at UNAVAILABLE state: {e};\n"))
+            .collect();
+        Err(Error::invalid_argument(format!(
+            "load failed for model '{name}': {reasons}"
+        )))
+    }
+
+    fn resolve_source(&self, source: &Source) -> Result<ResolvedModel, String> {
+        let repository = &self.inner.repository;
+        let backends = &self.inner.backends;
+        match &source.config {
+            Some(config) => repository.resolve_with_config(&source.entry, config.clone(), backends),
+            None => repository.resolve(&source.entry, backends),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// Unloads every version of `name`: each shows UNAVAILABLE "unloaded";
+    /// requests in flight finish first. Unknown models are fine, as in Triton.
+    pub(crate) fn unload_now(&self, name: &str) {
+        let lock = self.model_lock(name);
+        let _serialized = lock.lock();
+        let dropped = self.inner.registry.write().unload(name);
+        if !dropped.is_empty() {
+            tracing::info!(model = %name, "model unloaded");
+        }
+        drop(dropped);
+    }
+
+    /// Forgets a model whose folder is gone, after draining it.
+    pub(crate) fn remove_model(&self, name: &str) {
+        let lock = self.model_lock(name);
+        let _serialized = lock.lock();
+        let removed = self.inner.registry.write().remove(name);
+        if removed.is_some() {
+            tracing::info!(model = %name, "model removed from the repository: unloaded");
+        }
+        drop(removed);
+    }
+
+    /// Loads `sources` in parallel, each model on its own thread.
+    pub(crate) fn load_many(&self, sources: Vec<Source>) -> Vec<LoadFailure> {
+        let failures = parking_lot::Mutex::new(Vec::new());
+        std::thread::scope(|scope| {
+            for source in sources {
+                let failures = &failures;
+                scope.spawn(move || {
+                    let model = source.name().to_string();
+                    if let Err(e) = self.sync_model(source, false) {
+                        failures.lock().push(LoadFailure {
+                            model,
+                            reason: e.message().to_string(),
+                        });
+                    }
+                });
+            }
+        });
+        let mut failures = failures.into_inner();
+        failures.sort_by(|a, b| a.model.cmp(&b.model));
+        failures
+    }
+
+    fn model_lock(&self, name: &str) -> Arc<parking_lot::Mutex<()>> {
+        Arc::clone(self.inner.locks.lock().entry(name.to_string()).or_default())
+    }
+}
+
+/// The versions `resolved` selects, with their folders' fingerprints now
+/// (taken before loading, so a change during the load is seen later).
+fn targets(resolved: &ResolvedModel, model_dir: &Path) -> Vec<Target> {
+    resolved
+        .versions
+        .iter()
+        .map(|v| Target {
+            version: v.version,
+            fingerprint: nereid_repository::fingerprint(&model_dir.join(v.version.to_string()))
+                .ok(),
+        })
+        .collect()
+}
+
+fn plan_for(current: &ModelEntry, config: &ModelConfig, targets: &[Target], force: bool) -> Plan {
+    let serving: BTreeMap<i64, Serving> = current
+        .versions
+        .iter()
+        .filter_map(|(&v, e)| {
+            let loaded = e.loaded.as_ref()?;
+            Some((
+                v,
+                Serving {
+                    fingerprint: e.fingerprint,
+                    same_config: same_config(&loaded.config, config),
+                },
+            ))
+        })
+        .collect();
+    let known: BTreeSet<i64> = current.versions.keys().copied().collect();
+    plan(&serving, &known, targets, force)
+}
+
+/// Loads the versions `load` names, in parallel.
+fn load_versions(resolved: &ResolvedModel, targets: &[Target], load: &[i64]) -> Vec<(i64, Loaded)> {
+    let config = Arc::new(resolved.config.clone());
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = resolved
+            .versions
+            .iter()
+            .filter(|v| load.contains(&v.version))
+            .map(|v| {
+                let fingerprint = targets
+                    .iter()
+                    .find(|t| t.version == v.version)
+                    .and_then(|t| t.fingerprint);
+                let config = Arc::clone(&config);
+                let backend: &Arc<dyn Backend> = &resolved.backend;
+                let handle = scope.spawn(move || {
+                    LoadedVersion::load(backend, config, v.version, v.model_path.clone())
+                        .map(|loaded| (loaded, fingerprint))
+                });
+                (v.version, handle)
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(v, handle)| {
+                let result = handle
+                    .join()
+                    .unwrap_or_else(|_| Err(Error::internal("the load thread panicked")));
+                log_load(&resolved.name, v, &result);
+                (v, result)
+            })
+            .collect()
+    })
+}
+
+fn log_load(model: &str, version: i64, result: &Loaded) {
+    match result {
+        Ok(_) => tracing::info!(model, version, "model ready"),
+        Err(e) => tracing::error!(model, version, error = %e, "model version unavailable"),
+    }
+}
+
+/// Builds the model's next entry from its current one and the loads'
+/// outcomes. Returns it, the handles to drop, and the failed versions.
+fn commit(
+    mut current: ModelEntry,
+    plan: &Plan,
+    results: Vec<(i64, Loaded)>,
+    source: &Source,
+) -> (ModelEntry, Vec<Arc<LoadedVersion>>, Vec<(i64, Error)>) {
+    let mut next = ModelEntry {
+        failure: None,
+        versions: BTreeMap::new(),
+        files: source.files.clone(),
+    };
+    let mut retired = Vec::new();
+    let mut errors = Vec::new();
+    for v in &plan.keep {
+        if let Some(entry) = current.versions.remove(v) {
+            // Back to the files it was loaded from: an old failure is moot.
+            let reason = String::new();
+            next.versions.insert(*v, VersionEntry { reason, ..entry });
+        }
+    }
+    for (v, result) in results {
+        let old = current.versions.remove(&v);
+        let entry = match (result, old) {
+            (Ok((loaded, fp)), old) => {
+                retired.extend(old.and_then(|o| o.loaded));
+                VersionEntry::ready(Arc::new(loaded), fp)
+            }
+            (Err(e), Some(old)) if old.loaded.is_some() => {
+                let reason = format!("reload failed: {e}");
+                errors.push((v, e));
+                VersionEntry { reason, ..old }
+            }
+            (Err(e), _) => {
+                let entry = VersionEntry::unavailable(e.message());
+                errors.push((v, e));
+                entry
+            }
+        };
+        next.versions.insert(v, entry);
+    }
+    for v in &plan.retire {
+        let Some(old) = current.versions.remove(v) else {
+            continue;
+        };
+        let folder_gone = !source.entry.path.join(v.to_string()).exists();
+        match old.loaded {
+            // A version the policy dropped serves on until its successors loaded.
+            Some(_) if !errors.is_empty() && !folder_gone => {
+                next.versions.insert(*v, old);
+            }
+            Some(loaded) => {
+                retired.push(loaded);
+                next.versions
+                    .insert(*v, VersionEntry::unavailable(UNLOADED));
+            }
+            None if old.reason == UNLOADED => {
+                next.versions.insert(*v, old);
+            }
+            None => {}
+        }
+    }
+    (next, retired, errors)
+}

@@ -1,0 +1,72 @@
+//! How the engine is told to find, load and watch models, and what a
+//! repository-API load may carry.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nereid_core::model_config::ModelConfig;
+
+/// tritonserver's `--model-control-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ControlMode {
+    /// Load every model at startup; never change them afterwards.
+    #[default]
+    None,
+    /// Load every model at startup, then follow the repository folders:
+    /// new, changed and removed models are loaded, reloaded and unloaded.
+    Poll,
+    /// Load only the startup models; the repository API loads and unloads.
+    Explicit,
+}
+
+/// How the engine finds and treats models.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    pub repositories: Vec<PathBuf>,
+    /// Refuse to autofill missing config fields from the model file.
+    pub strict_model_config: bool,
+    /// Report ready only when every model is ready.
+    pub strict_readiness: bool,
+}
+
+/// When models load and unload: tritonserver's `--model-control-mode`,
+/// `--load-model` and `--repository-poll-secs`.
+#[derive(Debug, Clone)]
+pub struct ModelControl {
+    pub mode: ControlMode,
+    /// Models to load at startup in explicit mode; `*` loads every model.
+    pub startup_models: Vec<String>,
+    /// Poll mode: how often the whole repository is rescanned, whatever
+    /// the file watcher reported. Zero turns following the repository
+    /// off, as in tritonserver.
+    pub poll_interval: Duration,
+}
+
+impl Default for ModelControl {
+    fn default() -> Self {
+        ModelControl {
+            mode: ControlMode::None,
+            startup_models: Vec::new(),
+            poll_interval: Duration::from_secs(15),
+        }
+    }
+}
+
+/// What a repository-API load may carry besides the model name.
+#[derive(Debug, Clone, Default)]
+pub struct LoadRequest {
+    /// Used in place of the model's `config.pbtxt` (Triton's `config`
+    /// parameter); autofilled and validated the same way.
+    pub config: Option<ModelConfig>,
+    /// File contents by path inside the model folder, e.g. `1/model.onnx`
+    /// (Triton's `file:<path>` parameters). When given, the model is loaded
+    /// from these files alone, and `config` is required.
+    pub files: Vec<(String, Vec<u8>)>,
+}
+
+/// A model that failed to load at startup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadFailure {
+    pub model: String,
+    pub reason: String,
+}

@@ -1,0 +1,155 @@
+//! Where one load reads a model from: its folder in the repository, with
+//! an optional config override, or a temporary folder written from a load
+//! request's file contents.
+
+use std::path::{Component, Path};
+use std::sync::Arc;
+
+use nereid_core::Error;
+use nereid_core::model_config::ModelConfig;
+use nereid_repository::ModelEntry;
+
+use crate::options::LoadRequest;
+
+/// A model folder to resolve and load.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub entry: ModelEntry,
+    /// Used instead of the folder's `config.pbtxt`.
+    pub config: Option<ModelConfig>,
+    /// Keeps a folder written from file contents alive.
+    pub files: Option<Arc<tempfile::TempDir>>,
+}
+
+impl Source {
+    /// The model's folder in the repository, as it is on disk.
+    pub fn repository(entry: ModelEntry) -> Source {
+        Source {
+            entry,
+            config: None,
+            files: None,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.entry.name
+    }
+}
+
+/// Builds the source of an explicit load of `name`: the folder `found` in
+/// the repository unless the request brings its own files.
+pub fn for_request(
+    name: &str,
+    request: LoadRequest,
+    found: Option<ModelEntry>,
+) -> Result<Source, Error> {
+    if request.files.is_empty() {
+        let entry = found.ok_or_else(|| {
+            Error::internal(format!(
+                "failed to load '{name}', failed to poll from model repository"
+            ))
+        })?;
+        return Ok(Source {
+            entry,
+            config: request.config,
+            files: None,
+        });
+    }
+    if request.config.is_none() {
+        return Err(Error::invalid_argument(format!(
+            "failed to load '{name}': 'file:' parameters need the 'config' parameter too"
+        )));
+    }
+    let dir = write_files(name, &request.files)?;
+    let path = dir.path().join(name);
+    Ok(Source {
+        entry: ModelEntry {
+            name: name.to_string(),
+            path,
+            duplicates: Vec::new(),
+        },
+        config: request.config,
+        files: Some(Arc::new(dir)),
+    })
+}
+
+/// Writes `files` under `<temporary folder>/<name>/`.
+fn write_files(name: &str, files: &[(String, Vec<u8>)]) -> Result<tempfile::TempDir, Error> {
+    let io = |e: std::io::Error| {
+        Error::internal(format!(
+            "failed to load '{name}': cannot write its files: {e}"
+        ))
+    };
+    if !is_plain_relative(Path::new(name)) || name.contains('/') {
+        return Err(Error::invalid_argument(format!(
+            "failed to load '{name}': not a valid model name"
+        )));
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("nereid-model-")
+        .tempdir()
+        .map_err(io)?;
+    let model_dir = dir.path().join(name);
+    std::fs::create_dir(&model_dir).map_err(io)?;
+    for (path, contents) in files {
+        if !is_plain_relative(Path::new(path)) {
+            return Err(Error::invalid_argument(format!(
+                "failed to load '{name}': file path 'file:{path}' must be relative and stay inside the model folder"
+            )));
+        }
+        let target = model_dir.join(path);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        std::fs::write(&target, contents).map_err(io)?;
+    }
+    Ok(dir)
+}
+
+/// A non-empty relative path of plain names: no `..`, no root, no `.`.
+fn is_plain_relative(path: &Path) -> bool {
+    path.components().next().is_some()
+        && path.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(files: &[(&str, &[u8])], config: bool) -> LoadRequest {
+        LoadRequest {
+            config: config.then(ModelConfig::default),
+            files: files
+                .iter()
+                .map(|(p, c)| (p.to_string(), c.to_vec()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn files_land_in_a_model_folder() {
+        let source = for_request("m", request(&[("1/model.onnx", b"abc")], true), None).unwrap();
+        assert_eq!(source.entry.name, "m");
+        assert!(source.entry.path.ends_with("m"));
+        let written = std::fs::read(source.entry.path.join("1/model.onnx")).unwrap();
+        assert_eq!(written, b"abc");
+        let folder = source.entry.path.clone();
+        drop(source);
+        assert!(!folder.exists(), "the folder goes with the source");
+    }
+
+    #[test]
+    fn bad_requests_are_refused() {
+        let err = for_request("m", request(&[("1/model.onnx", b"")], false), None).unwrap_err();
+        assert!(err.message().contains("'config'"), "{err}");
+        for bad in ["../x", "/etc/x", "1/../../x", ""] {
+            let err = for_request("m", request(&[(bad, b"")], true), None).unwrap_err();
+            assert_eq!(err.kind(), nereid_core::ErrorKind::InvalidArgument, "{bad}");
+        }
+        let err = for_request("nope", LoadRequest::default(), None).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "failed to load 'nope', failed to poll from model repository"
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! A fake backend whose model "files" say what to do, and helpers to write
+//! models and requests. Words in a model file: `broken` fails the load,
+//! `gate` makes each execution wait for the shared gate, `offset N` adds N
+//! to every element (so a swapped model answers differently), `slow`
+//! makes the load take 200 ms.
+
+#![allow(dead_code, reason = "each test binary uses part of the helpers")]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use nereid_core::backend::IoSpec;
+use nereid_core::{
+    Backend, BackendError, Batch, DataType, InferRequest, InputTensor, ModelInstance, ModelIo,
+    ModelSource, Parameters, Tensor,
+};
+
+pub struct FakeBackend {
+    pub gate: crossbeam_channel::Receiver<()>,
+    pub started: crossbeam_channel::Sender<()>,
+    /// Instances alive now: loaded and not yet dropped.
+    pub live: Arc<AtomicUsize>,
+}
+
+struct FakeInstance {
+    gated: bool,
+    offset: i32,
+    gate: crossbeam_channel::Receiver<()>,
+    started: crossbeam_channel::Sender<()>,
+    live: Arc<AtomicUsize>,
+}
+
+impl Drop for FakeInstance {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Backend for FakeBackend {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+    fn platform(&self) -> &'static str {
+        "fake_platform"
+    }
+    fn default_model_filename(&self) -> &'static str {
+        "model.fake"
+    }
+    fn inspect(&self, _: &Path) -> Result<ModelIo, BackendError> {
+        let spec = |name: &str| IoSpec {
+            name: name.into(),
+            datatype: DataType::Int32,
+            dims: vec![-1, 2],
+        };
+        Ok(ModelIo {
+            inputs: vec![spec("INPUT0")],
+            outputs: vec![spec("OUTPUT0")],
+        })
+    }
+    fn load(&self, source: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError> {
+        let text = std::fs::read_to_string(&source.model_path)
+            .map_err(|e| BackendError::Load(e.to_string()))?;
+        if text.contains("broken") {
+            return Err(BackendError::Load("this model file is broken".into()));
+        }
+        if text.contains("slow") {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let offset = text
+            .split_whitespace()
+            .skip_while(|w| *w != "offset")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        self.live.fetch_add(1, Ordering::SeqCst);
+        Ok(Box::new(FakeInstance {
+            gated: text.contains("gate"),
+            offset,
+            gate: self.gate.clone(),
+            started: self.started.clone(),
+            live: Arc::clone(&self.live),
+        }))
+    }
+}
+
+impl ModelInstance for FakeInstance {
+    fn execute(&mut self, batch: &Batch) -> Result<Vec<Tensor>, BackendError> {
+        if self.gated {
+            let _ = self.started.send(());
+            let _ = self.gate.recv_timeout(Duration::from_secs(10));
+        }
+        let input = &batch.inputs[0];
+        let data: Vec<u8> = input
+            .data
+            .chunks_exact(4)
+            .flat_map(|c| {
+                let v = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                (v + self.offset).to_le_bytes()
+            })
+            .collect();
+        Ok(vec![Tensor {
+            name: "OUTPUT0".into(),
+            data: Bytes::from(data),
+            ..input.clone()
+        }])
+    }
+}
+
+/// The gate's handles and the live-instance counter.
+pub struct Controls {
+    pub release: crossbeam_channel::Sender<()>,
+    pub started: crossbeam_channel::Receiver<()>,
+    pub live: Arc<AtomicUsize>,
+}
+
+pub fn backend() -> (FakeBackend, Controls) {
+    let (release, gate) = crossbeam_channel::unbounded();
+    let (started_tx, started) = crossbeam_channel::unbounded();
+    let live = Arc::new(AtomicUsize::new(0));
+    let backend = FakeBackend {
+        gate,
+        started: started_tx,
+        live: Arc::clone(&live),
+    };
+    (
+        backend,
+        Controls {
+            release,
+            started,
+            live,
+        },
+    )
+}
+
+pub const CONFIG: &str = r#"
+backend: "fake"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 2 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2 ] } ]
+"#;
+
+/// Writes `<root>/<name>/config.pbtxt` and `<root>/<name>/1/model.fake`.
+pub fn write_model(root: &Path, name: &str, config: &str, file: &str) {
+    let dir = root.join(name);
+    std::fs::create_dir_all(dir.join("1")).unwrap();
+    std::fs::write(dir.join("config.pbtxt"), config).unwrap();
+    std::fs::write(dir.join("1/model.fake"), file).unwrap();
+}
+
+/// Writes `<root>/<name>/<version>/model.fake`.
+pub fn write_version(root: &Path, name: &str, version: i64, file: &str) {
+    let dir = root.join(name).join(version.to_string());
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("model.fake"), file).unwrap();
+}
+
+pub fn request(model: &str, values: &[i32]) -> InferRequest {
+    let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    InferRequest {
+        model_name: model.into(),
+        inputs: vec![InputTensor {
+            name: "INPUT0".into(),
+            datatype: DataType::Int32,
+            shape: vec![values.len() as i64 / 2, 2],
+            data: Bytes::from(data),
+            parameters: Parameters::new(),
+        }],
+        ..Default::default()
+    }
+}
+
+/// The first element of OUTPUT0.
+pub fn first_output(response: &nereid_core::InferResponse) -> i32 {
+    let d = &response.outputs[0].data;
+    i32::from_le_bytes([d[0], d[1], d[2], d[3]])
+}
+
+/// Polls `condition` every 20 ms until it holds or `timeout` passes.
+pub async fn eventually(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    condition()
+}

@@ -1,0 +1,146 @@
+//! The repository API's load and unload parameters, from either frontend:
+//! `config` (a model config as JSON), `file:<version>/<path>` (file
+//! contents; base64 over HTTP, bytes over gRPC) and `unload_dependents`.
+
+use nereid_core::Error;
+use nereid_engine::LoadRequest;
+use nereid_protocol::rest::model_config_from_json;
+
+/// One parameter value, whichever wire it came over.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Param {
+    Bool(bool),
+    Int(i64),
+    Text(String),
+    Bytes(Vec<u8>),
+    /// A value of some other type (a JSON object, a float), as sent.
+    Other(String),
+}
+
+const FILE_PREFIX: &str = "file:";
+
+/// Builds the engine's load request from a load's parameters.
+pub fn load_request(model: &str, params: Vec<(String, Param)>) -> Result<LoadRequest, Error> {
+    let mut request = LoadRequest::default();
+    for (key, value) in params {
+        if key == "config" {
+            let Param::Text(text) = value else {
+                return Err(bad(
+                    model,
+                    "the 'config' parameter must be a string holding the model config as JSON",
+                ));
+            };
+            let config = model_config_from_json(&text).map_err(|e| {
+                bad(
+                    model,
+                    &format!("the 'config' parameter is not a valid model config: {e}"),
+                )
+            })?;
+            request.config = Some(config);
+        } else if let Some(path) = key.strip_prefix(FILE_PREFIX) {
+            let Param::Bytes(contents) = value else {
+                return Err(bad(
+                    model,
+                    &format!("'{key}' must hold the file's contents as bytes"),
+                ));
+            };
+            request.files.push((path.to_string(), contents));
+        } else {
+            return Err(bad(
+                model,
+                &format!(
+                    "unexpected parameter '{key}'; a load takes 'config' and 'file:<version>/<path>'"
+                ),
+            ));
+        }
+    }
+    Ok(request)
+}
+
+/// Reads an unload's parameters: only `unload_dependents` (a bool).
+pub fn unload_dependents(model: &str, params: Vec<(String, Param)>) -> Result<bool, Error> {
+    let mut dependents = false;
+    for (key, value) in params {
+        match (key.as_str(), value) {
+            ("unload_dependents", Param::Bool(b)) => dependents = b,
+            ("unload_dependents", _) => {
+                return Err(Error::invalid_argument(format!(
+                    "failed to unload '{model}': 'unload_dependents' must be a bool"
+                )));
+            }
+            (other, _) => {
+                return Err(Error::invalid_argument(format!(
+                    "failed to unload '{model}': unexpected parameter '{other}'; an unload takes 'unload_dependents'"
+                )));
+            }
+        }
+    }
+    Ok(dependents)
+}
+
+fn bad(model: &str, why: &str) -> Error {
+    Error::invalid_argument(format!("failed to load '{model}': {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(key: &str, value: Param) -> (String, Param) {
+        (key.to_string(), value)
+    }
+
+    #[test]
+    fn config_and_files() {
+        let request = load_request(
+            "m",
+            vec![
+                p(
+                    "config",
+                    Param::Text(r#"{"name": "m", "max_batch_size": 2}"#.into()),
+                ),
+                p("file:1/model.onnx", Param::Bytes(b"abc".to_vec())),
+            ],
+        )
+        .unwrap();
+        assert_eq!(request.config.unwrap().max_batch_size, 2);
+        assert_eq!(
+            request.files,
+            [("1/model.onnx".to_string(), b"abc".to_vec())]
+        );
+        assert!(load_request("m", Vec::new()).unwrap().config.is_none());
+    }
+
+    #[test]
+    fn bad_parameters_say_what_is_wrong() {
+        for (params, fragment) in [
+            (vec![p("config", Param::Bool(true))], "must be a string"),
+            (
+                vec![p("config", Param::Other("{}".into()))],
+                "must be a string",
+            ),
+            (
+                vec![p("config", Param::Text("{".into()))],
+                "not a valid model config",
+            ),
+            (vec![p("file:1/x", Param::Text("x".into()))], "'file:1/x'"),
+            (
+                vec![p("foo", Param::Text("bar".into()))],
+                "unexpected parameter 'foo'",
+            ),
+        ] {
+            let err = load_request("m", params).unwrap_err();
+            assert_eq!(err.kind(), nereid_core::ErrorKind::InvalidArgument);
+            assert!(err.message().starts_with("failed to load 'm': "), "{err}");
+            assert!(err.message().contains(fragment), "{err}");
+        }
+    }
+
+    #[test]
+    fn unload_parameters() {
+        assert!(!unload_dependents("m", Vec::new()).unwrap());
+        assert!(unload_dependents("m", vec![p("unload_dependents", Param::Bool(true))]).unwrap());
+        assert!(unload_dependents("m", vec![p("unload_dependents", Param::Int(1))]).is_err());
+        assert!(unload_dependents("m", vec![p("x", Param::Bool(true))]).is_err());
+    }
+}
