@@ -12,6 +12,7 @@
 
 mod batch;
 mod lifecycle;
+mod memory;
 mod metadata;
 mod model;
 mod options;
@@ -71,6 +72,7 @@ struct Inner {
     locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     /// Poll mode's repository watcher, once started.
     watcher: Mutex<Option<watcher::Watcher>>,
+    janitor: memory::Janitor,
     started: AtomicBool,
     stopping: AtomicBool,
 }
@@ -105,6 +107,7 @@ impl Engine {
                 registry: RwLock::new(Registry::default()),
                 locks: Mutex::new(HashMap::new()),
                 watcher: Mutex::new(None),
+                janitor: memory::Janitor::start(),
                 started: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
             }),

@@ -67,8 +67,9 @@ impl Engine {
         let results = load_versions(&resolved, &targets, &plan.load);
         let (entry, retired, errors) = commit(current, &plan, results, &source);
         let replaced = self.inner.registry.write().set(name.clone(), entry);
-        // Dropped outside the lock: requests still holding these finish first.
-        drop((replaced, retired));
+        // Released outside the lock: requests still holding these finish first.
+        drop(replaced);
+        self.inner.janitor.retire(retired);
         for v in &plan.retire {
             tracing::info!(model = %name, version = v, "version unloaded");
         }
@@ -103,18 +104,19 @@ impl Engine {
         if !dropped.is_empty() {
             tracing::info!(model = %name, "model unloaded");
         }
-        drop(dropped);
+        self.inner.janitor.retire(dropped);
     }
 
     /// Forgets a model whose folder is gone, after draining it.
     pub(crate) fn remove_model(&self, name: &str) {
         let lock = self.model_lock(name);
         let _serialized = lock.lock();
-        let removed = self.inner.registry.write().remove(name);
-        if removed.is_some() {
-            tracing::info!(model = %name, "model removed from the repository: unloaded");
-        }
-        drop(removed);
+        let Some(removed) = self.inner.registry.write().remove(name) else {
+            return;
+        };
+        tracing::info!(model = %name, "model removed from the repository: unloaded");
+        let loaded = removed.versions.into_values().filter_map(|v| v.loaded);
+        self.inner.janitor.retire(loaded.collect());
     }
 
     /// Loads `sources` in parallel, each model on its own thread.
