@@ -142,3 +142,23 @@ async fn a_folder_being_written_is_not_loaded_half_written() {
     assert_eq!(answer(&engine, "copied"), Some(4));
     engine.begin_shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubernetes_style_volume_swap_reloads() {
+    // A ConfigMap/Secret volume: `m -> ..data/m`, `..data -> ..v1`; an
+    // update writes `..v2` and renames a new `..data` link over the old one.
+    use std::os::unix::fs::symlink;
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path();
+    write_model(&root.join("..v1"), "m", CONFIG, "offset 1");
+    symlink("..v1", root.join("..data")).unwrap();
+    symlink("..data/m", root.join("m")).unwrap();
+    let engine = poll_engine(root);
+    assert_eq!(answer(&engine, "m"), Some(2));
+
+    write_model(&root.join("..v2"), "m", CONFIG, "offset 2");
+    symlink("..v2", root.join("..data_tmp")).unwrap();
+    std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    assert!(eventually(WAIT, || answer(&engine, "m") == Some(3)).await);
+    engine.begin_shutdown();
+}
