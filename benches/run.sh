@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # perf_analyzer 2.51 against nereid and, side by side, against the real Triton
-# 2.51 serving the same ONNX files; writes docs/benchmarks.md.
+# 2.51 serving the same ONNX files; writes docs/benchmarks.md. Then runs
+# benches/batching.sh, which adds its "Dynamic batching" section.
 #
 #   benches/run.sh            # or `make bench`, which builds and sets up first
 #
@@ -11,6 +12,8 @@
 #   BENCH_OUT        the report to write (docs/benchmarks.md)
 #   NEREID_BIN       the nereid binary (target/release/nereid; built if missing)
 #   BENCH_READY_TIMEOUT_S  seconds a server gets to become ready (180)
+#   BENCH_BATCHING   0 skips benches/batching.sh (its own variables are
+#                    documented there)
 #
 # Both servers are started one after the other (each timed to ready), then
 # measured in turn, cell by cell, so that background load on a shared machine
@@ -32,39 +35,15 @@ protocols=(http grpc)
 concurrencies=(1 8)
 readonly READY_TIMEOUT_S=${BENCH_READY_TIMEOUT_S:-180} PA_TIMEOUT_S=120 STOP_TIMEOUT_S=20
 
-log() { printf '[bench] %s\n' "$*" >&2; }
-die() { log "error: $*"; exit 1; }
+BENCH_TAG=bench
+# shellcheck source=benches/lib.sh
+source benches/lib.sh
 
 # --- processes started here, stopped on any exit ---------------------------
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/nereid-bench.XXXXXX")
 # Per server: its pid and ports.
 declare -A server_pid=() http_port=() grpc_port=()
-
-# The pid and every descendant of it, parents first.
-process_tree() {
-  local pid=$1 child
-  [ -d "/proc/$pid" ] || return 0
-  echo "$pid"
-  for child in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do
-    process_tree "$child"
-  done
-}
-
-# Stops a server and its children (Triton's python backend stubs): TERM,
-# then KILL for whatever is left after STOP_TIMEOUT_S.
-stop_server() {
-  local pid=$1 tree i
-  [ -n "$pid" ] || return 0
-  tree=$(process_tree "$pid")
-  kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < STOP_TIMEOUT_S * 10; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  for p in $tree; do kill -KILL "$p" 2>/dev/null || true; done
-  wait "$pid" 2>/dev/null || true
-}
 
 cleanup() {
   local rc=$? s
@@ -102,18 +81,6 @@ setup() {
 
 # --- servers ---------------------------------------------------------------
 
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-
-free_ports() {
-  python3 - <<'EOF'
-import socket
-socks = [socket.socket() for _ in range(3)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-EOF
-}
-
 # Sum of a /proc field (kB) over $server's process tree, and the process count.
 tree_kb() {
   local field=$1 file=$2 pid total=0 n=0 kb
@@ -134,16 +101,6 @@ record_memory() {
     echo "pss_${when}_kb=$pss"
     echo "processes_${when}=$n"
   } >>"$work/results/$server.env"
-}
-
-# Percent of all CPU time that was busy over 2 s, while nothing of ours
-# runs: other work on the machine skews every number, and the report says so.
-background_busy_pct() {
-  local a b
-  a=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat)
-  sleep 2
-  b=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat)
-  echo "$a $b" | awk '{ busy = $3 - $1; idle = $4 - $2; printf "%d\n", 100 * busy / (busy + idle + 1e-9) }'
 }
 
 # Starts $server on fresh ports, notes its pid and ports, and records the
@@ -271,4 +228,10 @@ done
   --pa-args "$(pa_args)" --ort-version "$ort_version" --servers "$servers" \
   --nereid-bin "$nereid_bin"
 log "wrote $out"
+# The dynamic batching benchmark writes its own section of the same report.
+batching_rc=0
+if [ "${BENCH_BATCHING:-1}" != 0 ]; then
+  BENCH_OUT=$out NEREID_BIN=$nereid_bin benches/batching.sh || batching_rc=$?
+fi
 if ((failures > 0)); then die "$failures perf_analyzer run(s) failed; see $out"; fi
+((batching_rc == 0)) || die "benches/batching.sh failed (rc $batching_rc)"

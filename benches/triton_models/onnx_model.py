@@ -20,6 +20,7 @@ for _p in reversed(os.environ.get("PYTHONPATH", "").split(os.pathsep)):
 
 import json  # noqa: E402
 
+import numpy as np  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
@@ -42,13 +43,24 @@ class TritonPythonModel:
         self.outputs = [o["name"] for o in config["output"]]
 
     def execute(self, requests):
-        responses = []
-        for request in requests:
-            feed = {
-                name: pb_utils.get_input_tensor_by_name(request, name).as_numpy()
-                for name in self.inputs
-            }
-            results = self.session.run(self.outputs, feed)
-            tensors = [pb_utils.Tensor(n, r) for n, r in zip(self.outputs, results)]
+        # With dynamic_batching, the backend hands over several requests in
+        # one call: their inputs are concatenated along the batch dimension,
+        # run through ONNX Runtime once, and the outputs split back by each
+        # request's batch size, as Triton's own ONNX Runtime backend does.
+        feeds = [
+            {name: pb_utils.get_input_tensor_by_name(r, name).as_numpy() for name in self.inputs}
+            for r in requests
+        ]
+        if len(feeds) == 1:
+            batch = feeds[0]
+        else:
+            batch = {name: np.concatenate([f[name] for f in feeds]) for name in self.inputs}
+        results = self.session.run(self.outputs, batch)
+        responses, start = [], 0
+        for feed in feeds:
+            rows = len(next(iter(feed.values())))
+            tensors = [pb_utils.Tensor(n, r[start:start + rows])
+                       for n, r in zip(self.outputs, results)]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+            start += rows
         return responses

@@ -1,0 +1,106 @@
+# Helpers shared by benches/run.sh and benches/batching.sh; sourced, not run.
+#
+# The caller sets BENCH_TAG (the log prefix) and STOP_TIMEOUT_S before using
+# stop_server.
+
+log() { printf '[%s] %s\n' "${BENCH_TAG:-bench}" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# The pid and every descendant of it, parents first.
+process_tree() {
+  local pid=$1 child
+  [ -d "/proc/$pid" ] || return 0
+  echo "$pid"
+  for child in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do
+    process_tree "$child"
+  done
+}
+
+# Stops a server and its children (Triton's python backend stubs): TERM,
+# then KILL for whatever is left after STOP_TIMEOUT_S.
+stop_server() {
+  local pid=$1 tree i
+  [ -n "$pid" ] || return 0
+  tree=$(process_tree "$pid")
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < ${STOP_TIMEOUT_S:-20} * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  for p in $tree; do kill -KILL "$p" 2>/dev/null || true; done
+  wait "$pid" 2>/dev/null || true
+}
+
+# N free TCP ports on 127.0.0.1 (3 by default), space-separated.
+free_ports() {
+  python3 - "${1:-3}" <<'EOF'
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}
+
+# Percent of all CPU time that was busy over 2 s, while nothing of ours
+# runs: other work on the machine skews every number, and the report says so.
+background_busy_pct() {
+  local a b
+  a=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat)
+  sleep 2
+  b=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat)
+  echo "$a $b" | awk '{ busy = $3 - $1; idle = $4 - $2; printf "%d\n", 100 * busy / (busy + idle + 1e-9) }'
+}
+
+# --- CPU accounting, in clock ticks ----------------------------------------
+#
+# To tell how much of the machine other work took while we measured: all
+# busy ticks, minus the server's own, minus those of this shell's finished
+# children (perf_analyzer, curl, raw_ort), over all ticks.
+
+# "busy total" ticks of the whole machine since boot.
+machine_ticks() {
+  awk '/^cpu / { busy = $2 + $3 + $4 + $7 + $8 + $9; print busy, busy + $5 + $6 }' /proc/stat
+}
+
+# user + system ticks of a process tree (every thread counted by its process).
+tree_ticks() {
+  local total=0 pid t
+  for pid in $(process_tree "$1"); do
+    # Fields after the ")" of the command name: utime and stime are 12 and 13.
+    t=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{ print $12 + $13 }' || true)
+    total=$((total + ${t:-0}))
+  done
+  echo "$total"
+}
+
+# user + system ticks of the script's children that have been waited for
+# ($$, not $BASHPID: this runs inside command substitutions).
+children_ticks() {
+  sed 's/.*) //' "/proc/$$/stat" | awk '{ print $14 + $15 }'
+}
+
+# A snapshot for other_busy_pct: machine busy, machine total, server, children.
+cpu_snapshot() {
+  echo "$(machine_ticks) $(tree_ticks "${1:-0}") $(children_ticks)"
+}
+
+# key=value lines for a results .env from two snapshots: the share of the
+# machine other processes took, and the ticks the server and our children
+# (perf_analyzer) used, with the tick rate.
+cpu_env() {
+  echo "other_busy_pct=$(other_busy_pct "$1" "$2")"
+  echo "$1 $2" | awk '{ print "server_ticks=" $7 - $3; print "children_ticks=" $8 - $4 }'
+  echo "ticks_per_s=$(getconf CLK_TCK)"
+}
+
+# Percent of all CPU time between two snapshots that went to processes other
+# than the server (pid given to both snapshots) and this shell's children.
+other_busy_pct() {
+  echo "$1 $2" | awk '{
+    total = $6 - $2; ours = ($7 - $3) + ($8 - $4)
+    other = ($5 - $1) - ours; if (other < 0) other = 0
+    printf "%d\n", (total > 0) ? 100 * other / total : 0 }'
+}
