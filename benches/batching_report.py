@@ -9,91 +9,28 @@ The folder holds:
   CONFIG_PROTO_cC.csv            perf_analyzer -f output
   CONFIG_PROTO_cC.before.json    /v2/models/mlp/stats before and after the run
   CONFIG_PROTO_cC.after.json
-  CONFIG_PROTO_cC.env            other_busy_pct, retried
+  CONFIG_PROTO_cC.env            other_busy_pct, server_ticks, children_ticks
+                                 (perf_analyzer), ticks_per_s, retried
 The section sits between BEGIN and END markers; the rest of the file (what
 benches/report.py writes) is kept, and report.py keeps this section.
+batching_data.py reads the folder, batching_plot.py draws.
 """
 
 import argparse
-import csv
 import datetime
-import json
 import os
 import statistics
 
+import batching_plot
+from batching_data import (LABELS, RAW_RUNS, cpu_per_inference, get, load, per_exec,
+                           raw_best)
 from report import BATCHING_BEGIN as BEGIN
 from report import BATCHING_END as END
-from report import git_rev, machine, read_csv, read_env
-RAW_RUNS = {
-    "default_before": "ORT default threads, before the servers",
-    "default_after": "ORT default threads, after the servers",
-    "t1": "1 intra-op thread",
-}
-LABELS = {
-    "unbatched": "unbatched",
-    "batched": "batched",
-    "b_i1_t1": "1 instance × 1 thread",
-    "b_i1_t2": "1 instance × 2 threads",
-    "b_i2_t1": "2 instances × 1 thread",
-    "b_i2_t2": "2 instances × 2 threads",
-}
+from report import git_rev, machine
 # The aims of issue 3.
 AIM_RAW_RATIO = 0.5
 AIM_C1_P50 = 1.2
 AIM_INF_PER_EXEC = 4
-
-
-def read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def read_raw(path):
-    with open(path, newline="") as f:
-        return {int(r["batch"]): {k: float(v) for k, v in r.items()} for r in csv.DictReader(f)}
-
-
-def model_stats(doc):
-    return doc["model_stats"][0]
-
-
-def batcher(before, after):
-    """What the server did during one run, from two statistics snapshots."""
-    if before is None or after is None:
-        return None
-    a, b = model_stats(before), model_stats(after)
-    inferences = b["inference_count"] - a["inference_count"]
-    executions = b["execution_count"] - a["execution_count"]
-
-    def counts(s):
-        return {x["batch_size"]: x["compute_infer"] for x in s["batch_stats"]}
-
-    ca, cb = counts(a), counts(b)
-    sizes = {}
-    compute_ns = 0
-    for size, stat in cb.items():
-        prev = ca.get(size, {"count": 0, "ns": 0})
-        n = stat["count"] - prev["count"]
-        if n:
-            sizes[size] = n
-            compute_ns += stat["ns"] - prev["ns"]
-
-    def mean_us(key):
-        n = b["inference_stats"][key]["count"] - a["inference_stats"][key]["count"]
-        ns = b["inference_stats"][key]["ns"] - a["inference_stats"][key]["ns"]
-        return ns / n / 1000 if n else None
-
-    return {
-        "inferences": inferences,
-        "executions": executions,
-        "per_exec": inferences / executions if executions else None,
-        "sizes": sizes,
-        "queue_us": mean_us("queue"),
-        "compute_us": compute_ns / executions / 1000 if executions else None,
-    }
 
 
 def size_summary(sizes):
@@ -105,60 +42,8 @@ def size_summary(sizes):
             f"{max(sizes)}; {sizes.get(1, 0) / len(expanded):.0%} size 1")
 
 
-def load(args):
-    results = args.results
-    cells = {}
-    for name in os.listdir(results):
-        if not name.endswith(".csv") or name.startswith("raw_"):
-            continue
-        base = name[:-4]
-        config, proto, c = base.rsplit("_", 2)
-        entry = read_csv(os.path.join(results, name))
-        entry["stats"] = batcher(read_json(os.path.join(results, base + ".before.json")),
-                                 read_json(os.path.join(results, base + ".after.json")))
-        entry["env"] = read_env(os.path.join(results, base + ".env"))
-        cells[config, proto, int(c[1:])] = entry
-    raw = {}
-    for name in RAW_RUNS:
-        path = os.path.join(results, f"raw_{name}.csv")
-        if os.path.exists(path):
-            raw[name] = {"rows": read_raw(path),
-                         "env": read_env(os.path.join(results, f"raw_{name}.env"))}
-    configs = {}
-    for name in LABELS:
-        resolved = read_json(os.path.join(results, f"{name}.config.json"))
-        if resolved:
-            configs[name] = resolved
-    run = {}
-    path = os.path.join(results, "run.env")
-    if os.path.exists(path):
-        with open(path) as f:
-            run = dict(line.strip().split("=", 1) for line in f if "=" in line)
-    return {"cells": cells, "raw": raw, "configs": configs, "run": run}
-
-
 def fmt(value, digits=0, unit=""):
     return "—" if value is None else f"{value:,.{digits}f}{unit}"
-
-
-def get(data, config, proto, c, key):
-    cell = data["cells"].get((config, proto, c))
-    return None if cell is None else cell.get(key)
-
-
-def per_exec(data, config, proto, c):
-    stats = get(data, config, proto, c, "stats")
-    return None if not stats else stats["per_exec"]
-
-
-def raw_best(data):
-    """(rows/s, batch, run) of the fastest raw_ort row over every run."""
-    best = None
-    for run, entry in data["raw"].items():
-        for batch, row in entry["rows"].items():
-            if best is None or row["rows_per_s"] > best[0]:
-                best = (row["rows_per_s"], batch, run)
-    return best
 
 
 def main_table(data, args):
@@ -188,14 +73,6 @@ def main_table(data, args):
 def retried(data, config, proto, c):
     env = get(data, config, proto, c, "env")
     return " †" if env and env.get("retried") else ""
-
-
-def cpu_per_inference(cell, key):
-    """CPU µs per inference of the server or of perf_analyzer in one run."""
-    env, stats = cell.get("env", {}), cell.get("stats")
-    if key not in env or not stats or not stats["inferences"]:
-        return None
-    return env[key] / env.get("ticks_per_s", 100) * 1e6 / stats["inferences"]
 
 
 def batcher_rows(data, args):
@@ -420,62 +297,45 @@ def load_note(data):
     return "; ".join(parts) + "."
 
 
-def plot(data, args, path):
-    import matplotlib
+def series(data, args, config, proto, label, style):
+    """The plot line of one config and protocol, over the concurrencies measured."""
+    cs = [c for c in args.concurrencies if get(data, config, proto, c, "throughput")]
+    if not cs:
+        return []
+    return [batching_plot.Series(
+        label, cs, [get(data, config, proto, c, "throughput") for c in cs],
+        [get(data, config, proto, c, "p50") for c in cs], style)]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 6.6))
-    styles = {"batched": "-o", "unbatched": "--s"}
-    fig.suptitle("nereid, MLP 256-1024-1024-16, perf_analyzer on the same 2 cores", fontsize=10)
+def draw(data, args):
+    """docs/batching.png from the results."""
+    lines = []
     for proto in args.protocols:
-        for config in ("batched", "unbatched"):
-            cs = [c for c in args.concurrencies if get(data, config, proto, c, "throughput")]
-            if not cs:
-                continue
-            label = f"{LABELS[config]}, {proto}"
-            left.plot(cs, [get(data, config, proto, c, "throughput") for c in cs],
-                      styles[config], label=label)
-            right.plot(cs, [get(data, config, proto, c, "p50") / 1000 for c in cs],
-                       styles[config], label=label)
+        lines += series(data, args, "batched", proto, f"batched, {proto}", {"fmt": "-o"})
+        lines += series(data, args, "unbatched", proto, f"unbatched, {proto}", {"fmt": "--s"})
     for config in args.sweep_configs:
-        proto = args.sweep_protocol
-        cs = [c for c in args.concurrencies if get(data, config, proto, c, "throughput")]
-        if not cs:
-            continue
-        label = f"{LABELS[config]}, {proto} (batched)"
-        left.plot(cs, [get(data, config, proto, c, "throughput") for c in cs], ":.",
-                  linewidth=1, alpha=0.7, label=label)
-        right.plot(cs, [get(data, config, proto, c, "p50") / 1000 for c in cs], ":.",
-                   linewidth=1, alpha=0.7, label=label)
+        lines += series(data, args, config, args.sweep_protocol,
+                        f"{LABELS[config]}, {args.sweep_protocol} (batched)",
+                        {"fmt": ":.", "linewidth": 1, "alpha": 0.7})
+    levels = []
     best = raw_best(data)
     if best:
-        left.axhline(best[0], color="black", linestyle=":",
-                     label=f"raw ONNX Runtime best ({best[0]:,.0f} rows/s, batch {best[1]})")
-        left.axhline(AIM_RAW_RATIO * best[0], color="grey", linestyle=":", linewidth=0.8,
-                     label=f"{AIM_RAW_RATIO:.0%} of raw best (aim)")
-        left.set_ylim(0, 1.12 * best[0])
-    proto = args.protocols[0]
+        levels.append(batching_plot.Level(
+            best[0], f"raw ONNX Runtime best ({best[0]:,.0f} rows/s, batch {best[1]})",
+            {"color": "black", "linestyle": ":"}))
+        levels.append(batching_plot.Level(
+            AIM_RAW_RATIO * best[0], f"{AIM_RAW_RATIO:.0%} of raw best (aim)",
+            {"color": "grey", "linestyle": ":", "linewidth": 0.8}))
+    proto, top = args.protocols[0], max(args.concurrencies)
     ceiling = client_ceiling(data, args, "batched", proto)
     if ceiling:
-        left.axhline(ceiling, color="tab:red", linestyle="-.", linewidth=0.8,
-                     label=f"{machine()['nproc']} cores ÷ perf_analyzer's CPU per inference (c{max(args.concurrencies)}, "
-                           f"batched, {proto})")
-    for ax in (left, right):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(args.concurrencies)
-        ax.set_xticklabels([str(c) for c in args.concurrencies])
-        ax.set_xlabel("perf_analyzer concurrency")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
-    left.set_ylabel("inferences / s")
-    left.set_title("Throughput")
-    right.set_yscale("log")
-    right.set_ylabel("p50 latency (ms)")
-    right.set_title("p50 latency (client side)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+        levels.append(batching_plot.Level(
+            ceiling, f"{machine()['nproc']} cores ÷ perf_analyzer's CPU per inference "
+            f"(c{top}, batched, {proto})",
+            {"color": "tab:red", "linestyle": "-.", "linewidth": 0.8}))
+    title = (f"nereid, MLP 256-1024-1024-16, perf_analyzer on the same "
+             f"{machine()['nproc']} cores")
+    batching_plot.plot(args.plot, title, args.concurrencies, lines, levels)
 
 
 def sweep_section(data, args):
@@ -494,7 +354,6 @@ def section(data, args):
     now = datetime.datetime.fromtimestamp(stamp, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     m = machine()
     raw, raw_other = raw_table(data)
-    top = max(args.concurrencies)
     batched = data["configs"].get("batched", {})
     db = batched.get("dynamic_batching", {})
     groups = batched.get("instance_group", [])
@@ -603,7 +462,7 @@ def main():
     args.protocols = args.protocols.split()
     args.sweep_configs = args.sweep_configs.split()
     data = load(args)
-    plot(data, args, args.plot)
+    draw(data, args)
     text = splice(args.out, section(data, args))
     with open(args.out, "w") as f:
         f.write(text)
