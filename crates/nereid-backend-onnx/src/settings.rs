@@ -3,6 +3,14 @@
 //! value: { string_value: "2" } }` and `optimization { graph { level: 1 } }`.
 //! Unknown parameters are ignored, as Triton ignores them; a known one with
 //! a bad value fails the load, as in Triton.
+//!
+//! One default differs from Triton's: without `intra_op_thread_count`, an
+//! instance gets the machine's cores divided among the model's instances
+//! (at least one), not every core each. ONNX Runtime's default of one
+//! thread per core for every instance oversubscribes the machine as soon as
+//! a model has two instances (Triton's default on CPU), and its idle
+//! threads spin, taking the cores the other instance and the request path
+//! need. `intra_op_thread_count: "0"` asks for ONNX Runtime's own default.
 
 use nereid_core::BackendError;
 use nereid_core::model_config::ModelConfig;
@@ -12,6 +20,7 @@ use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 /// Runtime's default.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SessionSettings {
+    /// The config's count, or the cores shared among its instances.
     pub(crate) intra_op_threads: Option<usize>,
     pub(crate) inter_op_threads: Option<usize>,
     pub(crate) parallel_execution: bool,
@@ -73,8 +82,12 @@ impl SessionSettings {
                 .filter_map(|key| param(key).map(|v| (key.to_string(), v.to_string())))
                 .collect()
         };
+        let intra_op_threads = match param("intra_op_thread_count") {
+            None => Some(shared_cores(config)),
+            Some(_) => threads("intra_op_thread_count")?,
+        };
         Ok(SessionSettings {
-            intra_op_threads: threads("intra_op_thread_count")?,
+            intra_op_threads,
             inter_op_threads: threads("inter_op_thread_count")?,
             parallel_execution,
             optimization: optimization_level(level),
@@ -113,6 +126,17 @@ impl SessionSettings {
     }
 }
 
+/// The machine's cores divided among the model's instances, at least one.
+fn shared_cores(config: &ModelConfig) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let instances: usize = config
+        .instance_group
+        .iter()
+        .map(|g| usize::try_from(g.count).unwrap_or(0).max(1))
+        .sum();
+    (cores / instances.max(1)).max(1)
+}
+
 /// Triton's graph levels: -1 basic, 1 basic plus extended, 2 none, anything
 /// else (0 by default) all.
 fn optimization_level(level: i32) -> GraphOptimizationLevel {
@@ -136,7 +160,7 @@ fn parse_bool(value: &str) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use nereid_core::model_config::{
-        ModelOptimizationPolicy, ModelParameter, model_optimization_policy,
+        ModelInstanceGroup, ModelOptimizationPolicy, ModelParameter, model_optimization_policy,
     };
 
     use super::*;
@@ -158,9 +182,10 @@ mod tests {
     }
 
     #[test]
-    fn defaults_leave_ort_alone() {
+    fn defaults_leave_ort_alone_but_share_the_cores() {
         let s = SessionSettings::from_config(&config(&[])).unwrap();
-        assert_eq!(s.intra_op_threads, None);
+        let cores = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(s.intra_op_threads, Some(cores));
         assert_eq!(s.inter_op_threads, None);
         assert!(!s.parallel_execution);
         assert_eq!(s.optimization, GraphOptimizationLevel::All);
@@ -200,6 +225,35 @@ mod tests {
                 "memory.enable_memory_arena_shrinkage".to_string(),
                 "cpu:0".to_string()
             )]
+        );
+    }
+
+    #[test]
+    fn instances_share_the_cores_unless_told() {
+        let cores = std::thread::available_parallelism().unwrap().get();
+        let mut c = config(&[]);
+        c.instance_group = vec![
+            ModelInstanceGroup {
+                count: 2,
+                ..Default::default()
+            },
+            ModelInstanceGroup {
+                count: 1,
+                ..Default::default()
+            },
+        ];
+        let s = SessionSettings::from_config(&c).unwrap();
+        assert_eq!(s.intra_op_threads, Some((cores / 3).max(1)));
+        c.parameters.insert(
+            "intra_op_thread_count".into(),
+            ModelParameter {
+                string_value: "0".into(),
+            },
+        );
+        let s = SessionSettings::from_config(&c).unwrap();
+        assert_eq!(
+            s.intra_op_threads, None,
+            "0 asks for ONNX Runtime's default"
         );
     }
 

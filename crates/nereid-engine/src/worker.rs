@@ -82,15 +82,15 @@ fn run_worker(
     }
     tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance ready");
     while let Ok(dispatch) = batches.recv() {
-        run_batch(instance.as_mut(), ctx, dispatch.items);
-        // Frees this instance's slot in the batcher.
-        drop(dispatch.permit);
+        run_batch(instance.as_mut(), ctx, dispatch);
     }
     tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance stopped");
 }
 
-fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, jobs: Vec<Job>) {
-    let (jobs, abandoned): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| !j.is_abandoned());
+fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, dispatch: Dispatch<Job>) {
+    let Dispatch { items, permit } = dispatch;
+    let (jobs, abandoned): (Vec<Job>, Vec<Job>) =
+        items.into_iter().partition(|j| !j.is_abandoned());
     abandoned.into_iter().for_each(Pending::cancel);
     if jobs.is_empty() {
         return;
@@ -103,6 +103,10 @@ fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, jobs: Vec<Jo
         .execute(&batch)
         .map_err(|e| Error::internal(e.to_string()));
     drop(batch);
+    // The instance is free again: the batcher may send it the next batch
+    // while this one is answered, and a client's next request, sent on
+    // this answer, finds the instance idle.
+    drop(permit);
     let executed = Instant::now();
     let outputs = result.and_then(|outputs| scatter(&requests, outputs));
     let times = ComputeTimes {

@@ -1,24 +1,63 @@
 //! The batcher actor: one tokio task per model version owns its
-//! [`QueueState`]. Requests arrive through a bounded inbox; instance slots
-//! are a semaphore, and a batch leaves only with a slot reserved for it, so
-//! a busy model pushes back on its queue instead of piling up batches.
+//! [`QueueState`]. Requests arrive through a bounded inbox. Each instance
+//! is a slot; a batch leaves only with a slot reserved for it, so a busy
+//! model pushes back on its queue instead of piling up batches, and the
+//! actor wakes whenever a slot frees, so a waiting batch can go as soon as
+//! waiting no longer makes it bigger.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use nereid_core::Error;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use crate::Pending;
 use crate::policy::BatcherConfig;
 use crate::queue::QueueState;
 
-/// A batch on its way to an instance. The instance drops `permit` when the
-/// batch is done, which frees its slot.
+/// A batch on its way to an instance. The instance drops `permit` as soon
+/// as its model has run (before answering), which frees its slot.
 #[derive(Debug)]
 pub struct Dispatch<T> {
     pub items: Vec<T>,
-    pub permit: Option<OwnedSemaphorePermit>,
+    pub permit: Option<SlotPermit>,
+}
+
+/// A model's instances seen as slots: how many run a batch now, and a
+/// signal each time one frees.
+#[derive(Debug)]
+struct Slots {
+    total: usize,
+    busy: AtomicUsize,
+    freed: Notify,
+}
+
+impl Slots {
+    fn busy(&self) -> usize {
+        self.busy.load(Ordering::Acquire).min(self.total)
+    }
+
+    fn reserve(self: &Arc<Self>) -> SlotPermit {
+        self.busy.fetch_add(1, Ordering::AcqRel);
+        SlotPermit {
+            slots: Arc::clone(self),
+        }
+    }
+}
+
+/// One instance's slot, reserved for a batch; dropping it frees the slot
+/// and wakes the batcher.
+#[derive(Debug)]
+pub struct SlotPermit {
+    slots: Arc<Slots>,
+}
+
+impl Drop for SlotPermit {
+    fn drop(&mut self) {
+        self.slots.busy.fetch_sub(1, Ordering::AcqRel);
+        self.slots.freed.notify_one();
+    }
 }
 
 /// The sending side of a model's batcher. Dropping it lets the batcher
@@ -77,12 +116,15 @@ pub fn spawn<T: Pending>(
     let capacity: usize = config.levels.iter().map(|l| l.max_queue_size).sum();
     let (inbox, requests) = mpsc::channel(capacity.clamp(1, 1 << 16));
     let model = config.model.clone();
-    let slots = Arc::new(Semaphore::new(instances.max(1)));
+    let slots = Arc::new(Slots {
+        total: instances.max(1),
+        busy: AtomicUsize::new(0),
+        freed: Notify::new(),
+    });
     let actor = Actor {
         state: QueueState::new(config),
         requests,
         slots,
-        instances: instances.max(1),
         out,
     };
     runtime.spawn(actor.run());
@@ -92,8 +134,7 @@ pub fn spawn<T: Pending>(
 struct Actor<T> {
     state: QueueState<T>,
     requests: mpsc::Receiver<T>,
-    slots: Arc<Semaphore>,
-    instances: usize,
+    slots: Arc<Slots>,
     out: crossbeam_channel::Sender<Dispatch<T>>,
 }
 
@@ -105,14 +146,14 @@ impl<T: Pending> Actor<T> {
             while let Ok(item) = self.requests.try_recv() {
                 self.push(item, now);
             }
-            let idle = self.slots.available_permits();
-            let step = self.state.step(now, idle, self.instances - idle);
+            let busy = self.slots.busy();
+            let step = self.state.step(now, self.slots.total - busy, busy);
             for item in step.expired {
                 item.reject(Error::unavailable("Request timeout expired"));
             }
             step.abandoned.into_iter().for_each(Pending::cancel);
             if let Some(items) = step.dispatch {
-                let permit = Arc::clone(&self.slots).try_acquire_owned().ok();
+                let permit = Some(self.slots.reserve());
                 if self.out.send(Dispatch { items, permit }).is_err() {
                     return; // every instance is gone
                 }
@@ -121,7 +162,9 @@ impl<T: Pending> Actor<T> {
             if !open && self.state.is_empty() {
                 return;
             }
-            let need_slot = idle == 0 && !self.state.is_empty();
+            // A freed slot can let a waiting batch go: with every instance
+            // idle, waiting cannot make it bigger.
+            let watch_slots = busy > 0 && !self.state.is_empty();
             let wake = step.wake_at;
             let slots = Arc::clone(&self.slots);
             let arrived = tokio::select! {
@@ -130,10 +173,7 @@ impl<T: Pending> Actor<T> {
                     None
                 }),
                 () = tokio::time::sleep_until(wake.unwrap_or(now)), if wake.is_some() => None,
-                permit = slots.acquire(), if need_slot => {
-                    drop(permit);
-                    None
-                }
+                () = slots.freed.notified(), if watch_slots => None,
             };
             if let Some(item) = arrived {
                 self.push(item, Instant::now());
@@ -145,5 +185,31 @@ impl<T: Pending> Actor<T> {
         if let Err((item, error)) = self.state.push(item, now) {
             item.reject(error);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::spawn;
+    use crate::queue::tests::{config, req};
+
+    /// With two instances and one busy, a lone request waits for company,
+    /// but only until the busy instance frees: then every instance is idle
+    /// and waiting out the (here one minute) delay cannot make it bigger.
+    #[test]
+    fn a_waiting_batch_goes_when_the_busy_instance_frees() {
+        let (out, batches) = crossbeam_channel::unbounded();
+        let handle = spawn(config(8, 60_000_000), 2, out).unwrap();
+        handle.submit(req(1)).unwrap();
+        let first = batches.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(first.items.len(), 1);
+        handle.submit(req(2)).unwrap();
+        assert!(batches.recv_timeout(Duration::from_millis(200)).is_err());
+        drop(first.permit);
+        let second = batches.recv_timeout(Duration::from_secs(10)).unwrap();
+        let ids: Vec<u32> = second.items.iter().map(|r| r.id).collect();
+        assert_eq!(ids, [2]);
     }
 }

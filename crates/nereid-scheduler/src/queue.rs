@@ -259,4 +259,4 @@ impl<T: Pending> QueueState<T> {
 
 #[cfg(test)]
 #[path = "queue_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -11,8 +11,8 @@ use crate::policy::{BatcherConfig, LevelPolicy, TimeoutAction};
 use crate::{Pending, QueueState};
 
 #[derive(Debug)]
-struct Req {
-    id: u32,
+pub(crate) struct Req {
+    pub(crate) id: u32,
     size: u64,
     key: u64,
     priority: u64,
@@ -20,7 +20,7 @@ struct Req {
     gone: Arc<AtomicBool>,
 }
 
-fn req(id: u32) -> Req {
+pub(crate) fn req(id: u32) -> Req {
     Req {
         id,
         size: 1,
@@ -51,7 +51,7 @@ impl Pending for Req {
     fn cancel(self) {}
 }
 
-fn config(max: u64, delay_us: u64) -> BatcherConfig {
+pub(crate) fn config(max: u64, delay_us: u64) -> BatcherConfig {
     BatcherConfig {
         model: "m".into(),
         max_batch_size: max,
