@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Dynamic batching on the MLP: perf_analyzer against nereid serving
-# model_repository/mlp with and without its dynamic_batching block, at
+# Dynamic batching on a compute-bound MLP: perf_analyzer against nereid
+# serving mlp_large (256-4096-4096-4096-16, made here by
+# scripts/make_models.py --bench-mlp, 139 MB of weights, too big to commit)
+# with and without its dynamic_batching block, at
 # concurrency 1 to 64, beside ONNX Runtime called in-process (the raw_ort
 # example) at batch 1 to 64; then the same batching config with 1 or 2
 # instances and 1 or 2 intra-op threads. Writes the "Dynamic batching"
@@ -9,6 +11,7 @@
 #   benches/batching.sh       # benches/run.sh (`make bench`) runs it last
 #
 # Environment:
+#   BATCH_MODEL           mlp_large (made here), or mlp (model_repository/mlp)
 #   BATCH_CONCURRENCIES   perf_analyzer concurrencies ("1 4 16 64")
 #   BATCH_PROTOCOLS       protocols for batched against unbatched ("grpc http")
 #   BATCH_SWEEP_PROTOCOL  protocol for the instances × threads sweep (grpc)
@@ -46,6 +49,14 @@ plot=${BATCH_PLOT:-docs/batching.png}
 nereid_bin=${NEREID_BIN:-target/release/nereid}
 raw_bin=${RAW_ORT_BIN:-target/release/examples/raw_ort}
 pa=$root/.tools/perf_analyzer/perf_analyzer.sh
+# BATCH_MODEL=mlp measures model_repository/mlp instead (256-1024-1024-16).
+MODEL=${BATCH_MODEL:-mlp_large}
+case $MODEL in
+  mlp_large) MODEL_LAYERS=256-4096-4096-4096-16 ;;
+  mlp) MODEL_LAYERS=256-1024-1024-16 ;;
+  *) echo "BATCH_MODEL must be mlp_large or mlp, not '$MODEL'" >&2; exit 2 ;;
+esac
+readonly MODEL MODEL_LAYERS
 bench_venv=$root/.tools/bench-venv
 readonly MATPLOTLIB=matplotlib==3.11.2
 readonly READY_TIMEOUT_S=${BENCH_READY_TIMEOUT_S:-180} PA_TIMEOUT_S=90 STOP_TIMEOUT_S=20
@@ -89,10 +100,17 @@ trap 'exit 143' TERM
 
 # --- setup -----------------------------------------------------------------
 
+models=$work/models
+[ "$MODEL" = mlp ] && models=$root/model_repository
+
 setup() {
   scripts/setup-python.sh
   scripts/setup-perf-analyzer.sh
   [ -x "$pa" ] || die "perf_analyzer missing: $pa"
+  if [ "$MODEL" = mlp_large ]; then
+    log "making $MODEL ($MODEL_LAYERS) in $models"
+    .venv/bin/python scripts/make_models.py --bench-mlp "$models"
+  fi
   ORT_DYLIB_PATH=$(scripts/ort-path.sh)
   [ -n "$ORT_DYLIB_PATH" ] || die "no libonnxruntime in .venv (scripts/setup-python.sh)"
   export ORT_DYLIB_PATH
@@ -122,7 +140,7 @@ raw_ort() {
   local name=$1 threads=$2 before after
   log "raw_ort $name (intra-op threads ${threads/#0/default}, ${raw_seconds}s per batch size)"
   before=$(cpu_snapshot)
-  "$raw_bin" --model model_repository/mlp/1/model.onnx --intra-threads "$threads" \
+  "$raw_bin" --model "$models/$MODEL/1/model.onnx" --intra-threads "$threads" \
     --seconds "$raw_seconds" --csv "$results/raw_$name.csv" >"$results/raw_$name.log"
   after=$(cpu_snapshot)
   cpu_env "$before" "$after" >"$results/raw_$name.env"
@@ -131,17 +149,18 @@ raw_ort() {
 
 # --- servers ---------------------------------------------------------------
 
-# Starts nereid on a repository holding only the mlp variant $config.
+# Starts nereid on a repository holding only the $MODEL variant $config.
 start_config() {
   local config=$1 http grpc metrics repo pid t0
   read -r http grpc metrics <<<"$(free_ports 3)"
   repo=$work/repo_$config
-  mkdir -p "$repo/mlp"
-  cp -r model_repository/mlp/1 "$repo/mlp/"
+  mkdir -p "$repo/$MODEL"
+  # The weights are large: link them rather than copy them per config.
+  ln -s "$models/$MODEL/1" "$repo/$MODEL/1"
   # shellcheck disable=SC2086 # the flags are words
-  python3 benches/mlp_config.py model_repository/mlp/config.pbtxt ${config_flags[$config]} \
-    >"$repo/mlp/config.pbtxt"
-  cp "$repo/mlp/config.pbtxt" "$results/$config.config.pbtxt"
+  python3 benches/mlp_config.py "$models/$MODEL/config.pbtxt" ${config_flags[$config]} \
+    >"$repo/$MODEL/config.pbtxt"
+  cp "$repo/$MODEL/config.pbtxt" "$results/$config.config.pbtxt"
   "$nereid_bin" --model-repository "$repo" \
     --http-address 127.0.0.1 --grpc-address 127.0.0.1 --metrics-address 127.0.0.1 \
     --http-port "$http" --grpc-port "$grpc" --metrics-port "$metrics" \
@@ -149,7 +168,7 @@ start_config() {
   pid=$!
   server_pid[$config]=$pid http_port[$config]=$http grpc_port[$config]=$grpc
   t0=$(now_ms)
-  until curl -sf -o /dev/null "http://127.0.0.1:$http/v2/models/mlp/ready"; do
+  until curl -sf -o /dev/null "http://127.0.0.1:$http/v2/models/$MODEL/ready"; do
     if ! kill -0 "$pid" 2>/dev/null || (($(now_ms) - t0 > READY_TIMEOUT_S * 1000)); then
       tail -n 40 "$work/$config.log" >&2
       die "nereid with config '$config' did not become ready (log above)"
@@ -157,20 +176,20 @@ start_config() {
     sleep 0.01
   done
   # The config as the server resolved it (autofilled fields included).
-  curl -sf "http://127.0.0.1:$http/v2/models/mlp/config" >"$results/$config.config.json"
+  curl -sf "http://127.0.0.1:$http/v2/models/$MODEL/config" >"$results/$config.config.json"
 }
 
 # --- perf_analyzer ---------------------------------------------------------
 
 pa_args() {
-  echo "-m mlp -i \$PROTOCOL -u 127.0.0.1:\$PORT -b 1 --concurrency-range \$C" \
+  echo "-m $MODEL -i \$PROTOCOL -u 127.0.0.1:\$PORT -b 1 --concurrency-range \$C" \
     "--measurement-mode time_windows -p $window_ms -s 50 -r 5 -f \$CSV"
 }
 
 # One perf_analyzer run; false when it found no stable measurement.
 perf() {
   local proto=$1 port=$2 c=$3 window=$4 name=$5
-  timeout "$PA_TIMEOUT_S" "$pa" -m mlp -i "$proto" -u "127.0.0.1:$port" -b 1 \
+  timeout "$PA_TIMEOUT_S" "$pa" -m "$MODEL" -i "$proto" -u "127.0.0.1:$port" -b 1 \
     --concurrency-range "$c" --measurement-mode time_windows -p "$window" -s 50 -r 5 \
     -f "$results/$name.csv" >>"$results/$name.log" 2>&1
 }
@@ -182,7 +201,7 @@ measure() {
   port=${http_port[$config]}
   [ "$proto" = grpc ] && port=${grpc_port[$config]}
   name=${config}_${proto}_c${c}
-  stats=http://127.0.0.1:${http_port[$config]}/v2/models/mlp/stats
+  stats=http://127.0.0.1:${http_port[$config]}/v2/models/$MODEL/stats
   curl -sf "$stats" >"$results/$name.before.json"
   before=$(cpu_snapshot "${server_pid[$config]}")
   if perf "$proto" "$port" "$c" "$window_ms" "$name" ||
@@ -254,6 +273,6 @@ fi
   --results "$results" --out "$out" --plot "$plot" --pa-args "$(pa_args)" \
   --concurrencies "${concurrencies[*]}" --protocols "${protocols[*]}" \
   --sweep-protocol "$sweep_protocol" --sweep-configs "${sweep_configs[*]}" \
-  --nereid-bin "$nereid_bin"
+  --nereid-bin "$nereid_bin" --model "$MODEL" --layers "$MODEL_LAYERS"
 log "wrote the batching section of $out and $plot"
 if ((failures > 0)); then die "$failures perf_analyzer run(s) failed; see $out"; fi

@@ -7,7 +7,7 @@ The folder holds:
                                  and the CPU other processes took meanwhile
   CONFIG.config.pbtxt / .json    each server config, as written and as resolved
   CONFIG_PROTO_cC.csv            perf_analyzer -f output
-  CONFIG_PROTO_cC.before.json    /v2/models/mlp/stats before and after the run
+  CONFIG_PROTO_cC.before.json    /v2/models/MODEL/stats before and after the run
   CONFIG_PROTO_cC.after.json
   CONFIG_PROTO_cC.env            other_busy_pct, server_ticks, children_ticks
                                  (perf_analyzer), ticks_per_s, retried
@@ -131,8 +131,8 @@ def sweep_table(data, args):
         resolved = data["configs"].get(config, {})
         instances = sum(g.get("count", 1) for g in resolved.get("instance_group", [])) or "?"
         threads = (resolved.get("parameters", {}).get("intra_op_thread_count", {})
-                   .get("string_value", "ORT default"))
-        label = f"{LABELS[config]} (model_repository/mlp as is)" if config == "batched" \
+                   .get("string_value", "default (cores ÷ instances)"))
+        label = f"{LABELS[config]} (the config as made)" if config == "batched" \
             else LABELS[config]
         row = [label, str(instances), threads]
         for c in args.concurrencies:
@@ -333,7 +333,7 @@ def draw(data, args):
             ceiling, f"{machine()['nproc']} cores ÷ perf_analyzer's CPU per inference "
             f"(c{top}, batched, {proto})",
             {"color": "tab:red", "linestyle": "-.", "linewidth": 0.8}))
-    title = (f"nereid, MLP 256-1024-1024-16, perf_analyzer on the same "
+    title = (f"nereid, MLP {args.layers}, perf_analyzer on the same "
              f"{machine()['nproc']} cores")
     batching_plot.plot(args.plot, title, args.concurrencies, lines, levels)
 
@@ -370,15 +370,18 @@ def section(data, args):
         "",
         "### Setup",
         "",
-        "- Model: `model_repository/mlp` (FP32 [256] → 256-1024-1024-16 MLP → [16], "
-        "`max_batch_size` 64). Every server below is nereid serving only this model, from a "
-        "temporary copy of the folder whose `config.pbtxt` is changed as named "
-        "(`benches/mlp_config.py`).",
-        f"- **batched**: `config.pbtxt` as committed: `dynamic_batching` with "
+        f"- Model: `{args.model}`, an FP32 MLP {args.layers} with ReLU between layers and "
+        "fixed (seeded) weights, `max_batch_size` 64, made by `scripts/make_models.py "
+        "--bench-mlp` when the benchmark runs (its weights are too large to commit; "
+        "`model_repository/mlp` is the same recipe, smaller). Every server below is nereid "
+        "serving only this model, from a temporary repository whose `config.pbtxt` is "
+        "changed as named (`benches/mlp_config.py`).",
+        f"- **batched**: `config.pbtxt` as made: `dynamic_batching` with "
         f"`max_queue_delay_microseconds` {db.get('max_queue_delay_microseconds', '?')} "
         f"(resolved `preferred_batch_size` {db.get('preferred_batch_size', [])}, filled in "
         f"by autofill as Triton does), {instances} CPU instances (the ONNX Runtime default), "
-        "ONNX Runtime's default intra-op threads (one per core, so 2 here).",
+        f"nereid's default intra-op threads (the {m['nproc']} cores shared among the "
+        f"instances: {max(1, m['nproc'] // max(1, instances))} each).",
         "- **unbatched**: the same with the `dynamic_batching` block removed: one request "
         "per execution, two instances pulling from one queue.",
         "- All configs run at once, each on its own ports, and are measured in turn cell by "
@@ -386,7 +389,7 @@ def section(data, args):
         "runs on the same 2 cores as the server; at c64 its 64 client threads compete with "
         "the server for them.",
         "- Before and after each perf_analyzer run the script reads "
-        "`/v2/models/mlp/stats`: inferences per execution is the `inference_count` delta "
+        f"`/v2/models/{args.model}/stats`: inferences per execution is the `inference_count` delta "
         "over the `execution_count` delta (warm-up included), and the batch sizes come "
         "from the `batch_stats` deltas.",
         "",
@@ -457,6 +460,8 @@ def main():
     parser.add_argument("--sweep-protocol", required=True)
     parser.add_argument("--sweep-configs", default="")
     parser.add_argument("--nereid-bin", default="target/release/nereid")
+    parser.add_argument("--model", default="mlp_large")
+    parser.add_argument("--layers", default="256-4096-4096-4096-16")
     args = parser.parse_args()
     args.concurrencies = [int(c) for c in args.concurrencies.split()]
     args.protocols = args.protocols.split()

@@ -15,6 +15,10 @@ bytes (compare with `sha256sum`). Models use opset 17 and IR version 8,
 which every ONNX Runtime >= 1.14 (and so the >= 1.24 we need) accepts.
 
 Usage: .venv/bin/python scripts/make_models.py [--root REPO_ROOT]
+       .venv/bin/python scripts/make_models.py --bench-mlp REPO
+
+`--bench-mlp` writes only `mlp_large`, the benchmark's compute-bound MLP
+(36 MB of weights, too big to commit), into REPO.
 """
 
 from __future__ import annotations
@@ -175,13 +179,20 @@ def simple_model(name: str) -> onnx.ModelProto:
     return make_model(name, nodes, SIMPLE_INPUTS, SIMPLE_OUTPUTS, batched=True)
 
 
-def mlp_model() -> onnx.ModelProto:
-    """A 256 -> 1024 -> 1024 -> 16 classifier with ReLU between layers.
+MLP_SIZES = (256, 1024, 1024, 16)
+# The benchmark's compute-bound MLP (benches/batching.sh): about 9 M
+# multiply-adds per row, 36 MB of weights, so it is made when the benchmark
+# runs rather than committed.
+MLP_LARGE_SIZES = (256, 4096, 4096, 4096, 16)
+
+
+def mlp_model(name: str = "mlp", sizes: tuple[int, ...] = MLP_SIZES) -> onnx.ModelProto:
+    """A classifier through `sizes` (256 -> 1024 -> 1024 -> 16 by default)
+    with ReLU between layers.
 
     He-scaled normal weights keep activations of unit-variance inputs around
     unit variance, so the 16 logits are finite and differ from each other."""
     rng = np.random.default_rng(MLP_SEED)
-    sizes = [256, 1024, 1024, 16]
     nodes: list[onnx.NodeProto] = []
     initializers: list[onnx.TensorProto] = []
     current = "INPUT"
@@ -197,9 +208,32 @@ def mlp_model() -> onnx.ModelProto:
         if not last:
             nodes.append(helper.make_node("Relu", [added], [f"relu{layer}"]))
             current = f"relu{layer}"
-    inputs = [Io("INPUT", "TYPE_FP32", TensorProto.FLOAT, (256,))]
-    outputs = [Io("OUTPUT", "TYPE_FP32", TensorProto.FLOAT, (16,))]
-    return make_model("mlp", nodes, inputs, outputs, batched=True, initializers=initializers)
+    inputs, outputs = mlp_io(sizes)
+    return make_model(name, nodes, inputs, outputs, batched=True, initializers=initializers)
+
+
+def mlp_io(sizes: tuple[int, ...]) -> tuple[list[Io], list[Io]]:
+    return (
+        [Io("INPUT", "TYPE_FP32", TensorProto.FLOAT, (sizes[0],))],
+        [Io("OUTPUT", "TYPE_FP32", TensorProto.FLOAT, (sizes[-1],))],
+    )
+
+
+def write_mlp(repo: Path, name: str, sizes: tuple[int, ...]) -> None:
+    """An MLP that batches up to 64 with a 2 ms queue delay."""
+    inputs, outputs = mlp_io(sizes)
+    write_model(
+        repo,
+        name,
+        {1: mlp_model(name, sizes)},
+        config_text(
+            name,
+            64,
+            inputs,
+            outputs,
+            extra="dynamic_batching {\n  max_queue_delay_microseconds: 2000\n}\n",
+        ),
+    )
 
 
 STRING_IN = Io("INPUT0", "TYPE_STRING", TensorProto.STRING, (-1,))
@@ -229,18 +263,7 @@ def write_examples(repo: Path) -> None:
         {1: simple_model("simple")},
         config_text("simple", 8, SIMPLE_INPUTS, SIMPLE_OUTPUTS),
     )
-    write_model(
-        repo,
-        "mlp",
-        {1: mlp_model()},
-        config_text(
-            "mlp",
-            64,
-            [Io("INPUT", "TYPE_FP32", TensorProto.FLOAT, (256,))],
-            [Io("OUTPUT", "TYPE_FP32", TensorProto.FLOAT, (16,))],
-            extra="dynamic_batching {\n  max_queue_delay_microseconds: 2000\n}\n",
-        ),
-    )
+    write_mlp(repo, "mlp", MLP_SIZES)
     write_model(
         repo,
         "string_identity",
@@ -278,7 +301,16 @@ def write_test_models(repo: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
+    parser.add_argument(
+        "--bench-mlp",
+        type=Path,
+        metavar="REPO",
+        help="write only the benchmark's `mlp_large` (256-2048-2048-2048-16) into REPO",
+    )
     args = parser.parse_args()
+    if args.bench_mlp:
+        write_mlp(args.bench_mlp, "mlp_large", MLP_LARGE_SIZES)
+        return
     write_examples(args.root / "model_repository")
     write_test_models(args.root / "tests" / "models")
 

@@ -5,11 +5,21 @@
 //! second one even after the first was dropped, so the environment lives in
 //! a static and is never released. A failed load leaves nothing behind, so a
 //! later attempt (with a corrected path) can still succeed.
+//!
+//! The environment owns the process-wide intra-op thread pool: one thread
+//! per core, shared by every session whose config sets no thread count, so
+//! two instances of a model (or two models) busy at once split the cores
+//! instead of each running a thread per core, and one instance busy alone
+//! has them all. Its threads spin briefly between runs (ONNX Runtime's
+//! default): with one pool there is one spinning worker per core at most,
+//! not one per core per instance, and measured on the MLPs of
+//! `benches/batching.sh` turning it off halved batch-1 speed and won
+//! nothing at high concurrency.
 
 use std::path::{Path, PathBuf};
 
 use nereid_core::BackendError;
-use ort::environment::Environment;
+use ort::environment::{Environment, GlobalThreadPoolOptions};
 use parking_lot::Mutex;
 
 /// The environment variable naming the ONNX Runtime shared library.
@@ -67,6 +77,9 @@ pub(crate) fn runtime(library: &Path) -> Result<Runtime, BackendError> {
         })?
         .with_name("nereid")
         .with_telemetry(false)
+        .with_global_thread_pool(shared_pool().map_err(|e| {
+            BackendError::Runtime(format!("cannot set up ONNX Runtime's thread pool: {e}"))
+        })?)
         .build()
         .map_err(|e| {
             BackendError::Runtime(format!(
@@ -81,6 +94,16 @@ pub(crate) fn runtime(library: &Path) -> Result<Runtime, BackendError> {
     };
     *slot = Some(runtime.clone());
     Ok(runtime)
+}
+
+/// The process-wide pool: a thread per core; inter-op
+/// parallelism stays off (sessions that ask for it get a pool of their own).
+fn shared_pool() -> ort::Result<GlobalThreadPoolOptions> {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    GlobalThreadPoolOptions::default()
+        .with_intra_threads(cores)?
+        .with_inter_threads(1)?
+        .with_spin_control(true)
 }
 
 /// The load error with its cause: libloading says only "dlopen failed" and

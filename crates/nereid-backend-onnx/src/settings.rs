@@ -4,13 +4,16 @@
 //! Unknown parameters are ignored, as Triton ignores them; a known one with
 //! a bad value fails the load, as in Triton.
 //!
-//! One default differs from Triton's: without `intra_op_thread_count`, an
-//! instance gets the machine's cores divided among the model's instances
-//! (at least one), not every core each. ONNX Runtime's default of one
-//! thread per core for every instance oversubscribes the machine as soon as
-//! a model has two instances (Triton's default on CPU), and its idle
-//! threads spin, taking the cores the other instance and the request path
-//! need. `intra_op_thread_count: "0"` asks for ONNX Runtime's own default.
+//! One default differs from Triton's: a session whose config sets no
+//! thread parameter (`intra_op_thread_count`, `inter_op_thread_count`,
+//! parallel `execution_mode`) runs on the process-wide thread pool (one
+//! thread per core, shared by every such session; see `runtime.rs`), not on
+//! a pool of its own with a thread per core. Per-session pools
+//! oversubscribe the machine as soon as a model has two instances (Triton's
+//! default on CPU), and their idle threads spin, taking the cores the other
+//! instance and the request path need. A config that sets a thread
+//! parameter gets its own pool, as in Triton (`"0"` meaning ONNX Runtime's
+//! default size).
 
 use nereid_core::BackendError;
 use nereid_core::model_config::ModelConfig;
@@ -20,7 +23,9 @@ use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 /// Runtime's default.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SessionSettings {
-    /// The config's count, or the cores shared among its instances.
+    /// The session has a thread pool of its own (the config set a thread
+    /// parameter) instead of the process-wide one.
+    pub(crate) own_threads: bool,
     pub(crate) intra_op_threads: Option<usize>,
     pub(crate) inter_op_threads: Option<usize>,
     pub(crate) parallel_execution: bool,
@@ -82,12 +87,13 @@ impl SessionSettings {
                 .filter_map(|key| param(key).map(|v| (key.to_string(), v.to_string())))
                 .collect()
         };
-        let intra_op_threads = match param("intra_op_thread_count") {
-            None => Some(shared_cores(config)),
-            Some(_) => threads("intra_op_thread_count")?,
-        };
+        let own_threads = parallel_execution
+            || ["intra_op_thread_count", "inter_op_thread_count"]
+                .iter()
+                .any(|key| param(key).is_some());
         Ok(SessionSettings {
-            intra_op_threads,
+            own_threads,
+            intra_op_threads: threads("intra_op_thread_count")?,
             inter_op_threads: threads("inter_op_thread_count")?,
             parallel_execution,
             optimization: optimization_level(level),
@@ -101,6 +107,9 @@ impl SessionSettings {
     /// Applies the settings to a session builder.
     pub(crate) fn apply(&self, mut builder: SessionBuilder) -> Result<SessionBuilder, ort::Error> {
         builder = builder.with_optimization_level(self.optimization)?;
+        if self.own_threads {
+            builder = builder.with_independent_thread_pool()?;
+        }
         if let Some(n) = self.intra_op_threads {
             builder = builder.with_intra_threads(n)?;
         }
@@ -126,17 +135,6 @@ impl SessionSettings {
     }
 }
 
-/// The machine's cores divided among the model's instances, at least one.
-fn shared_cores(config: &ModelConfig) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let instances: usize = config
-        .instance_group
-        .iter()
-        .map(|g| usize::try_from(g.count).unwrap_or(0).max(1))
-        .sum();
-    (cores / instances.max(1)).max(1)
-}
-
 /// Triton's graph levels: -1 basic, 1 basic plus extended, 2 none, anything
 /// else (0 by default) all.
 fn optimization_level(level: i32) -> GraphOptimizationLevel {
@@ -160,7 +158,7 @@ fn parse_bool(value: &str) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use nereid_core::model_config::{
-        ModelInstanceGroup, ModelOptimizationPolicy, ModelParameter, model_optimization_policy,
+        ModelOptimizationPolicy, ModelParameter, model_optimization_policy,
     };
 
     use super::*;
@@ -182,10 +180,10 @@ mod tests {
     }
 
     #[test]
-    fn defaults_leave_ort_alone_but_share_the_cores() {
+    fn defaults_leave_ort_alone_on_the_shared_pool() {
         let s = SessionSettings::from_config(&config(&[])).unwrap();
-        let cores = std::thread::available_parallelism().unwrap().get();
-        assert_eq!(s.intra_op_threads, Some(cores));
+        assert!(!s.own_threads);
+        assert_eq!(s.intra_op_threads, None);
         assert_eq!(s.inter_op_threads, None);
         assert!(!s.parallel_execution);
         assert_eq!(s.optimization, GraphOptimizationLevel::All);
@@ -229,32 +227,23 @@ mod tests {
     }
 
     #[test]
-    fn instances_share_the_cores_unless_told() {
-        let cores = std::thread::available_parallelism().unwrap().get();
-        let mut c = config(&[]);
-        c.instance_group = vec![
-            ModelInstanceGroup {
-                count: 2,
-                ..Default::default()
-            },
-            ModelInstanceGroup {
-                count: 1,
-                ..Default::default()
-            },
-        ];
-        let s = SessionSettings::from_config(&c).unwrap();
-        assert_eq!(s.intra_op_threads, Some((cores / 3).max(1)));
-        c.parameters.insert(
-            "intra_op_thread_count".into(),
-            ModelParameter {
-                string_value: "0".into(),
-            },
-        );
-        let s = SessionSettings::from_config(&c).unwrap();
+    fn a_thread_parameter_gets_a_pool_of_its_own() {
+        for (key, value) in [
+            ("intra_op_thread_count", "0"),
+            ("intra_op_thread_count", "3"),
+            ("inter_op_thread_count", "1"),
+            ("execution_mode", "1"),
+        ] {
+            let s = SessionSettings::from_config(&config(&[(key, value)])).unwrap();
+            assert!(s.own_threads, "{key}: {value}");
+        }
+        let s = SessionSettings::from_config(&config(&[("intra_op_thread_count", "0")])).unwrap();
         assert_eq!(
             s.intra_op_threads, None,
             "0 asks for ONNX Runtime's default"
         );
+        let s = SessionSettings::from_config(&config(&[("execution_mode", "0")])).unwrap();
+        assert!(!s.own_threads, "sequential execution is the default");
     }
 
     #[test]
