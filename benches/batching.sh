@@ -68,10 +68,11 @@ source benches/lib.sh
 # Server configs: name, then mlp_config.py flags. The first two are compared
 # on every protocol; the rest (the sweep) on $sweep_protocol.
 main_configs=(unbatched batched)
-sweep_configs=(b_i1_t1 b_i1_t2 b_i2_t1 b_i2_t2)
+sweep_configs=(b_i2 b_i1_t1 b_i1_t2 b_i2_t1 b_i2_t2)
 declare -A config_flags=(
   [unbatched]="--no-dynamic-batching"
   [batched]=""
+  [b_i2]="--instances 2"
   [b_i1_t1]="--instances 1 --intra-threads 1"
   [b_i1_t2]="--instances 1 --intra-threads 2"
   [b_i2_t1]="--instances 2 --intra-threads 1"

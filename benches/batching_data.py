@@ -16,6 +16,7 @@ RAW_RUNS = {
 LABELS = {
     "unbatched": "unbatched",
     "batched": "batched",
+    "b_i2": "2 instances, shared pool",
     "b_i1_t1": "1 instance × 1 thread",
     "b_i1_t2": "1 instance × 2 threads",
     "b_i2_t1": "2 instances × 1 thread",

@@ -131,7 +131,7 @@ def sweep_table(data, args):
         resolved = data["configs"].get(config, {})
         instances = sum(g.get("count", 1) for g in resolved.get("instance_group", [])) or "?"
         threads = (resolved.get("parameters", {}).get("intra_op_thread_count", {})
-                   .get("string_value", "default (cores ÷ instances)"))
+                   .get("string_value", "shared pool"))
         label = f"{LABELS[config]} (the config as made)" if config == "batched" \
             else LABELS[config]
         row = [label, str(instances), threads]
@@ -379,11 +379,11 @@ def section(data, args):
         f"- **batched**: `config.pbtxt` as made: `dynamic_batching` with "
         f"`max_queue_delay_microseconds` {db.get('max_queue_delay_microseconds', '?')} "
         f"(resolved `preferred_batch_size` {db.get('preferred_batch_size', [])}, filled in "
-        f"by autofill as Triton does), {instances} CPU instances (the ONNX Runtime default), "
-        f"nereid's default intra-op threads (the {m['nproc']} cores shared among the "
-        f"instances: {max(1, m['nproc'] // max(1, instances))} each).",
+        f"by autofill as Triton does), {instances} CPU instance(s) as the config says, no "
+        "thread parameter, so the session runs on nereid's process-wide ONNX Runtime pool "
+        f"(a thread per core, {m['nproc']} here; docs/scheduler.md).",
         "- **unbatched**: the same with the `dynamic_batching` block removed: one request "
-        "per execution, two instances pulling from one queue.",
+        "per execution.",
         "- All configs run at once, each on its own ports, and are measured in turn cell by "
         "cell, so background load falls on all alike; idle ones sit idle. perf_analyzer "
         "runs on the same 2 cores as the server; at c64 its 64 client threads compete with "
