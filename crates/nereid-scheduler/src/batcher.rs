@@ -24,12 +24,14 @@ pub struct Dispatch<T> {
     pub permit: Option<SlotPermit>,
 }
 
-/// A model's instances seen as slots: how many run a batch now, and a
+/// A model's instances seen as slots: how many run a batch now, how many
+/// requests freed slots have finished since the batcher last looked, and a
 /// signal each time one frees.
 #[derive(Debug)]
 struct Slots {
     total: usize,
     busy: AtomicUsize,
+    finished: AtomicUsize,
     freed: Notify,
 }
 
@@ -38,10 +40,11 @@ impl Slots {
         self.busy.load(Ordering::Acquire).min(self.total)
     }
 
-    fn reserve(self: &Arc<Self>) -> SlotPermit {
+    fn reserve(self: &Arc<Self>, requests: usize) -> SlotPermit {
         self.busy.fetch_add(1, Ordering::AcqRel);
         SlotPermit {
             slots: Arc::clone(self),
+            requests,
         }
     }
 }
@@ -51,10 +54,14 @@ impl Slots {
 #[derive(Debug)]
 pub struct SlotPermit {
     slots: Arc<Slots>,
+    requests: usize,
 }
 
 impl Drop for SlotPermit {
     fn drop(&mut self) {
+        self.slots
+            .finished
+            .fetch_add(self.requests, Ordering::AcqRel);
         self.slots.busy.fetch_sub(1, Ordering::AcqRel);
         self.slots.freed.notify_one();
     }
@@ -119,6 +126,7 @@ pub fn spawn<T: Pending>(
     let slots = Arc::new(Slots {
         total: instances.max(1),
         busy: AtomicUsize::new(0),
+        finished: AtomicUsize::new(0),
         freed: Notify::new(),
     });
     let actor = Actor {
@@ -141,8 +149,19 @@ struct Actor<T> {
 impl<T: Pending> Actor<T> {
     async fn run(mut self) {
         let mut open = true;
+        let mut arrived = None;
         loop {
             let now = Instant::now();
+            // Answers first: a request that arrived meanwhile may come from
+            // a client that was just answered, and must cancel its expected
+            // return rather than precede it.
+            let finished = self.slots.finished.swap(0, Ordering::AcqRel);
+            if finished > 0 {
+                self.state.answered(finished, now);
+            }
+            if let Some(item) = arrived.take() {
+                self.push(item, now);
+            }
             while let Ok(item) = self.requests.try_recv() {
                 self.push(item, now);
             }
@@ -153,7 +172,7 @@ impl<T: Pending> Actor<T> {
             }
             step.abandoned.into_iter().for_each(Pending::cancel);
             if let Some(items) = step.dispatch {
-                let permit = Some(self.slots.reserve());
+                let permit = Some(self.slots.reserve(items.len()));
                 if self.out.send(Dispatch { items, permit }).is_err() {
                     return; // every instance is gone
                 }
@@ -167,7 +186,7 @@ impl<T: Pending> Actor<T> {
             let watch_slots = busy > 0 && !self.state.is_empty();
             let wake = step.wake_at;
             let slots = Arc::clone(&self.slots);
-            let arrived = tokio::select! {
+            arrived = tokio::select! {
                 item = self.requests.recv(), if open => item.map(Some).unwrap_or_else(|| {
                     open = false;
                     None
@@ -175,9 +194,6 @@ impl<T: Pending> Actor<T> {
                 () = tokio::time::sleep_until(wake.unwrap_or(now)), if wake.is_some() => None,
                 () = slots.freed.notified(), if watch_slots => None,
             };
-            if let Some(item) = arrived {
-                self.push(item, Instant::now());
-            }
         }
     }
 
@@ -195,11 +211,12 @@ mod tests {
     use super::spawn;
     use crate::queue::tests::{config, req};
 
-    /// With two instances and one busy, a lone request waits for company,
-    /// but only until the busy instance frees: then every instance is idle
-    /// and waiting out the (here one minute) delay cannot make it bigger.
+    /// With two instances and one busy, a lone request waits for company.
+    /// When the busy instance frees, every instance is idle and the batch
+    /// waits only for the client just answered to come back: once it has,
+    /// waiting out the (here one minute) delay cannot make it bigger.
     #[test]
-    fn a_waiting_batch_goes_when_the_busy_instance_frees() {
+    fn a_waiting_batch_goes_when_the_answered_client_is_back() {
         let (out, batches) = crossbeam_channel::unbounded();
         let handle = spawn(config(8, 60_000_000), 2, out).unwrap();
         handle.submit(req(1)).unwrap();
@@ -208,8 +225,10 @@ mod tests {
         handle.submit(req(2)).unwrap();
         assert!(batches.recv_timeout(Duration::from_millis(200)).is_err());
         drop(first.permit);
+        assert!(batches.recv_timeout(Duration::from_millis(200)).is_err());
+        handle.submit(req(3)).unwrap();
         let second = batches.recv_timeout(Duration::from_secs(10)).unwrap();
         let ids: Vec<u32> = second.items.iter().map(|r| r.id).collect();
-        assert_eq!(ids, [2]);
+        assert_eq!(ids, [2, 3]);
     }
 }

@@ -9,8 +9,14 @@
 //!    order, requests with the head's shape until `max_batch_size`.
 //! 2. It goes at once when it is full, when it reaches the largest
 //!    preferred size (trimmed to it), when the queue delay is zero, or when
-//!    every instance is idle: then no running batch can free more work and
-//!    waiting would only add latency ("waiting cannot make it bigger").
+//!    every instance is idle and no client is expected back: then no
+//!    running batch can free more work and waiting would only add latency
+//!    ("waiting cannot make it bigger"). Clients are expected back after a
+//!    batch is answered: each answered request counts one expected arrival,
+//!    each arrival cancels one, and what is still expected a queue delay
+//!    after the last answer is forgotten. Without this, clients that wait
+//!    for their answers split into two cohorts that take turns, each batch
+//!    half what the load allows.
 //! 3. Otherwise, while another instance is busy, it waits for more requests
 //!    until its oldest request has waited `max_queue_delay`, then goes,
 //!    trimmed to the largest preferred size it reached.
@@ -50,6 +56,10 @@ pub struct QueueState<T> {
     config: BatcherConfig,
     levels: Vec<VecDeque<Entry<T>>>,
     delayed: VecDeque<Entry<T>>,
+    /// Requests answered whose clients have not (as far as arrivals tell)
+    /// sent their next one, and when the last answer went.
+    returning: usize,
+    last_answer: Option<Instant>,
 }
 
 impl<T> std::fmt::Debug for QueueState<T> {
@@ -67,6 +77,8 @@ impl<T: Pending> QueueState<T> {
             config,
             levels,
             delayed: VecDeque::new(),
+            returning: 0,
+            last_answer: None,
         }
     }
 
@@ -107,7 +119,24 @@ impl<T: Pending> QueueState<T> {
             deadline,
         };
         self.levels[level].push_back(entry);
+        self.returning = self.returning.saturating_sub(1);
         Ok(())
+    }
+
+    /// Records that `requests` were answered at `now`: their clients may be
+    /// about to send more.
+    pub fn answered(&mut self, requests: usize, now: Instant) {
+        self.returning = self.expected_back(now) + requests;
+        self.last_answer = Some(now);
+    }
+
+    /// Arrivals still expected from answered clients; forgotten once a
+    /// queue delay has passed since the last answer.
+    fn expected_back(&self, now: Instant) -> usize {
+        match self.last_answer {
+            Some(at) if now < at + self.config.max_queue_delay => self.returning,
+            _ => 0,
+        }
     }
 
     /// Expires and prunes the queue, then decides whether to dispatch a
@@ -132,12 +161,18 @@ impl<T: Pending> QueueState<T> {
                 .last()
                 .is_some_and(|&p| total >= p);
         let delay_over = now >= oldest + self.config.max_queue_delay;
-        if full || busy == 0 || delay_over {
+        let nobody_coming = busy == 0 && self.expected_back(now) == 0;
+        if full || nobody_coming || delay_over {
             let limit = preferred.unwrap_or(total);
             step.dispatch = Some(self.take(&picked, limit));
             step.wake_at = self.earliest_deadline();
         } else {
-            let due = oldest + self.config.max_queue_delay;
+            let mut due = oldest + self.config.max_queue_delay;
+            if busy == 0 {
+                // Expected clients are forgotten at this point.
+                let forget = self.last_answer.map(|at| at + self.config.max_queue_delay);
+                due = forget.map_or(due, |f| f.min(due));
+            }
             step.wake_at = Some(step.wake_at.map_or(due, |w| w.min(due)));
         }
         step

@@ -210,3 +210,42 @@ async fn abandoned_requests_are_dropped_before_batching() {
     assert_eq!(step.abandoned.iter().map(|r| r.id).collect::<Vec<_>>(), [1]);
     assert_eq!(ids(step.dispatch), [2]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_model_waits_for_the_clients_it_just_answered() {
+    let mut q = queue(config(8, 1000), []);
+    q.answered(4, Instant::now());
+    for id in 1..=3 {
+        q.push(req(id), Instant::now()).unwrap();
+        let step = q.step(Instant::now(), 1, 0);
+        assert!(step.dispatch.is_none(), "{id} of 4 clients back");
+        assert_eq!(
+            step.wake_at,
+            Some(Instant::now() + Duration::from_micros(1000))
+        );
+    }
+    advance(Duration::from_micros(300)).await;
+    q.push(req(4), Instant::now()).unwrap();
+    assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [1, 2, 3, 4]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_client_is_not_kept_waiting_by_its_own_answer() {
+    let mut q = queue(config(8, 100_000), []);
+    q.answered(1, Instant::now());
+    q.push(req(1), Instant::now()).unwrap();
+    assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn clients_that_do_not_come_back_are_forgotten_after_the_delay() {
+    let mut q = queue(config(8, 1000), []);
+    q.answered(4, Instant::now());
+    q.push(req(1), Instant::now()).unwrap();
+    assert!(q.step(Instant::now(), 1, 0).dispatch.is_none());
+    advance(Duration::from_micros(1000)).await;
+    assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [1]);
+    // Forgotten for good: the next lone request goes at once.
+    q.push(req(2), Instant::now()).unwrap();
+    assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [2]);
+}
