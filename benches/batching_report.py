@@ -328,7 +328,9 @@ def draw(data, args):
             {"color": "grey", "linestyle": ":", "linewidth": 0.8}))
     proto, top = args.protocols[0], max(args.concurrencies)
     ceiling = client_ceiling(data, args, "batched", proto)
-    if ceiling:
+    # Far above everything else it would only squash the plot; the reading
+    # states it in words.
+    if ceiling and (not best or ceiling < 2 * best[0]):
         levels.append(batching_plot.Level(
             ceiling, f"{machine()['nproc']} cores ÷ perf_analyzer's CPU per inference "
             f"(c{top}, batched, {proto})",
