@@ -310,7 +310,10 @@ def render(data, args):
         "(INT32 `INPUT0`/`INPUT1` [16] → sum and difference, `max_batch_size` 8) and "
         "`model_repository/mlp/1/model.onnx` (FP32 `INPUT` [256] → 256-1024-1024-16 MLP "
         "→ `OUTPUT` [16], `max_batch_size` 64), each with two CPU instances, through the "
-        "same ONNX Runtime release with its default session options. `mlp` has the same "
+        "same ONNX Runtime release with its default session options (except threads: "
+        "nereid's sessions share its process-wide intra-op pool, a thread per core, where "
+        "each of Triton's Python models has a session of its own; docs/scheduler.md). "
+        "`mlp` has the same "
         "`dynamic_batching { max_queue_delay_microseconds: 2000 }` on both servers (as in "
         "`model_repository/mlp/config.pbtxt`); `simple` has none on either. The comparison "
         "is like for like: batched against batched, unbatched against unbatched.",
