@@ -52,11 +52,10 @@ pa=$root/.tools/perf_analyzer/perf_analyzer.sh
 # BATCH_MODEL=mlp measures model_repository/mlp instead (256-1024-1024-16).
 MODEL=${BATCH_MODEL:-mlp_large}
 case $MODEL in
-  mlp_large) MODEL_LAYERS=256-4096-4096-4096-16 ;;
-  mlp) MODEL_LAYERS=256-1024-1024-16 ;;
+  mlp_large | mlp) ;;
   *) echo "BATCH_MODEL must be mlp_large or mlp, not '$MODEL'" >&2; exit 2 ;;
 esac
-readonly MODEL MODEL_LAYERS
+readonly MODEL
 bench_venv=$root/.tools/bench-venv
 readonly MATPLOTLIB=matplotlib==3.11.2
 readonly READY_TIMEOUT_S=${BENCH_READY_TIMEOUT_S:-180} PA_TIMEOUT_S=90 STOP_TIMEOUT_S=20
@@ -108,6 +107,9 @@ setup() {
   scripts/setup-python.sh
   scripts/setup-perf-analyzer.sh
   [ -x "$pa" ] || die "perf_analyzer missing: $pa"
+  # The layer sizes, as scripts/make_models.py builds them.
+  MODEL_LAYERS=$(.venv/bin/python -c 'import sys; sys.path.insert(0, "scripts"); import make_models as m
+print("-".join(map(str, {"mlp": m.MLP_SIZES, "mlp_large": m.MLP_LARGE_SIZES}[sys.argv[1]])))' "$MODEL")
   if [ "$MODEL" = mlp_large ]; then
     log "making $MODEL ($MODEL_LAYERS) in $models"
     .venv/bin/python scripts/make_models.py --bench-mlp "$models"

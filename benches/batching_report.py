@@ -373,9 +373,12 @@ def section(data, args):
         "### Setup",
         "",
         f"- Model: `{args.model}`, an FP32 MLP {args.layers} with ReLU between layers and "
-        "fixed (seeded) weights, `max_batch_size` 64, made by `scripts/make_models.py "
-        "--bench-mlp` when the benchmark runs (its weights are too large to commit; "
-        "`model_repository/mlp` is the same recipe, smaller). Every server below is nereid "
+        "fixed (seeded) weights, `max_batch_size` 64, "
+        + ("from `model_repository/mlp` as committed. " if args.model == "mlp" else
+           "made by `scripts/make_models.py --bench-mlp` when the benchmark runs (its "
+           "weights are too large to commit; `model_repository/mlp` is the same recipe, "
+           "smaller). ")
+        + "Every server below is nereid "
         "serving only this model, from a temporary repository whose `config.pbtxt` is "
         "changed as named (`benches/mlp_config.py`).",
         f"- **batched**: `config.pbtxt` as made: `dynamic_batching` with "
@@ -462,8 +465,8 @@ def main():
     parser.add_argument("--sweep-protocol", required=True)
     parser.add_argument("--sweep-configs", default="")
     parser.add_argument("--nereid-bin", default="target/release/nereid")
-    parser.add_argument("--model", default="mlp_large")
-    parser.add_argument("--layers", default="256-4096-4096-4096-16")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--layers", required=True)
     args = parser.parse_args()
     args.concurrencies = [int(c) for c in args.concurrencies.split()]
     args.protocols = args.protocols.split()

@@ -18,7 +18,7 @@ Usage: .venv/bin/python scripts/make_models.py [--root REPO_ROOT]
        .venv/bin/python scripts/make_models.py --bench-mlp REPO
 
 `--bench-mlp` writes only `mlp_large`, the benchmark's compute-bound MLP
-(36 MB of weights, too big to commit), into REPO.
+(139 MB of weights, too big to commit), into REPO.
 """
 
 from __future__ import annotations
@@ -180,9 +180,9 @@ def simple_model(name: str) -> onnx.ModelProto:
 
 
 MLP_SIZES = (256, 1024, 1024, 16)
-# The benchmark's compute-bound MLP (benches/batching.sh): about 9 M
-# multiply-adds per row, 36 MB of weights, so it is made when the benchmark
-# runs rather than committed.
+# The benchmark's compute-bound MLP (benches/batching.sh): about 35 M
+# multiply-adds per row, 139 MB of weights, so it is made when the benchmark
+# runs rather than committed. benches/batching.sh reads both size lists.
 MLP_LARGE_SIZES = (256, 4096, 4096, 4096, 16)
 
 

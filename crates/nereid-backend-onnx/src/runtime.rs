@@ -13,8 +13,8 @@
 //! has them all. Its threads spin briefly between runs (ONNX Runtime's
 //! default): with one pool there is one spinning worker per core at most,
 //! not one per core per instance, and measured on the MLPs of
-//! `benches/batching.sh` turning it off halved batch-1 speed and won
-//! nothing at high concurrency.
+//! `benches/batching.sh` turning it off doubled the small MLP's p50 at
+//! concurrency 1 (231 to 451 µs) and won nothing at concurrency 64.
 
 use std::path::{Path, PathBuf};
 

@@ -182,7 +182,7 @@ impl<T: Pending> Actor<T> {
                 return;
             }
             // A freed slot can let a waiting batch go: with every instance
-            // idle, waiting cannot make it bigger.
+            // idle it waits only for the clients just answered.
             let watch_slots = busy > 0 && !self.state.is_empty();
             let wake = step.wake_at;
             let slots = Arc::clone(&self.slots);
