@@ -14,7 +14,7 @@ use nereid_core::{Backend, BackendError, DataType, IoSpec, ModelInstance, ModelI
 
 /// Triton's own `config.pbtxt` files (see its README.md). Relative to this
 /// crate so the tests need no environment variable.
-pub const CORPUS_DIR: &str = "../../../shared/corpus/triton-configs";
+pub const CORPUS_DIR: &str = "../../tests/corpus/triton-configs";
 
 /// The corpus folder; panics (never skips) when it is missing.
 pub fn corpus_root() -> PathBuf {
