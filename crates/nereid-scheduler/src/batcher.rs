@@ -71,22 +71,26 @@ impl Drop for SlotPermit {
 /// dispatch what is queued, then stop.
 #[derive(Debug)]
 pub struct BatcherHandle<T> {
-    inbox: mpsc::Sender<T>,
+    /// Each request with the time it was submitted: its queue delay and
+    /// timeout count from then, not from when the batcher got to it.
+    inbox: mpsc::Sender<(T, Instant)>,
     model: String,
 }
 
 impl<T: Pending> BatcherHandle<T> {
     /// Queues `item` or refuses it at once; never blocks.
     pub fn submit(&self, item: T) -> Result<(), Error> {
-        self.inbox.try_send(item).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => Error::unavailable(format!(
-                "inference request for model '{}' rejected: the queue is full",
-                self.model
-            )),
-            mpsc::error::TrySendError::Closed(_) => {
-                Error::unavailable(format!("model '{}' is unloading", self.model))
-            }
-        })
+        self.inbox
+            .try_send((item, Instant::now()))
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => Error::unavailable(format!(
+                    "inference request for model '{}' rejected: the queue is full",
+                    self.model
+                )),
+                mpsc::error::TrySendError::Closed(_) => {
+                    Error::unavailable(format!("model '{}' is unloading", self.model))
+                }
+            })
     }
 }
 
@@ -141,7 +145,7 @@ pub fn spawn<T: Pending>(
 
 struct Actor<T> {
     state: QueueState<T>,
-    requests: mpsc::Receiver<T>,
+    requests: mpsc::Receiver<(T, Instant)>,
     slots: Arc<Slots>,
     out: crossbeam_channel::Sender<Dispatch<T>>,
 }
@@ -159,12 +163,15 @@ impl<T: Pending> Actor<T> {
             if finished > 0 {
                 self.state.answered(finished, now);
             }
-            if let Some(item) = arrived.take() {
-                self.push(item, now);
+            if let Some((item, submitted)) = arrived.take() {
+                self.push(item, submitted);
             }
-            while let Ok(item) = self.requests.try_recv() {
-                self.push(item, now);
+            while let Ok((item, submitted)) = self.requests.try_recv() {
+                self.push(item, submitted);
             }
+            // Looked at after every submission it holds, so a timeout that
+            // passed on the way here is seen as passed.
+            let now = Instant::now();
             let busy = self.slots.busy();
             let step = self.state.step(now, self.slots.total - busy, busy);
             for item in step.expired {
@@ -209,7 +216,7 @@ mod tests {
     use std::time::Duration;
 
     use super::spawn;
-    use crate::queue::tests::{config, req};
+    use crate::queue::tests::{config, overridable, req, with_timeout};
 
     /// With two instances and one busy, a lone request waits for company.
     /// When the busy instance frees, every instance is idle and the batch
@@ -230,5 +237,50 @@ mod tests {
         let second = batches.recv_timeout(Duration::from_secs(10)).unwrap();
         let ids: Vec<u32> = second.items.iter().map(|r| r.id).collect();
         assert_eq!(ids, [2, 3]);
+    }
+
+    /// A request whose timeout passed between its submission and the
+    /// batcher looking at it is rejected, even with every instance idle:
+    /// the timeout counts from submission, as Triton's from enqueueing.
+    #[test]
+    fn a_timeout_that_passed_on_the_way_is_rejected_on_an_idle_model() {
+        let (out, batches) = crossbeam_channel::unbounded();
+        let handle = spawn(overridable(Duration::from_secs(60)), 2, out).unwrap();
+        let (rejected, rejections) = crossbeam_channel::unbounded();
+        let mut hurried = with_timeout(1, Duration::from_micros(1));
+        hurried.rejected = Some(rejected);
+        handle.submit(hurried).unwrap();
+        assert_eq!(rejections.recv_timeout(Duration::from_secs(10)), Ok(1));
+        handle.submit(req(2)).unwrap();
+        let batch = batches.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(batch.items.iter().map(|r| r.id).collect::<Vec<_>>(), [2]);
+    }
+
+    /// Right after a burst, with answered clients still expected back, a
+    /// batch that reaches a preferred size (not the largest) goes at once
+    /// instead of waiting (here a minute) for them.
+    #[test]
+    fn a_preferred_size_goes_at_once_after_a_burst() {
+        let (out, batches) = crossbeam_channel::unbounded();
+        let mut c = config(8, 60_000_000);
+        c.preferred_batch_sizes = vec![4, 8];
+        let handle = spawn(c, 1, out).unwrap();
+        let next = || batches.recv_timeout(Duration::from_secs(10)).unwrap();
+        let ids = |d: &super::Dispatch<crate::queue::tests::Req>| -> Vec<u32> {
+            d.items.iter().map(|r| r.id).collect()
+        };
+        handle.submit(req(1)).unwrap();
+        let first = next();
+        for id in 2..=8 {
+            handle.submit(req(id)).unwrap();
+        }
+        drop(first.permit);
+        let second = next();
+        assert_eq!(ids(&second), [2, 3, 4, 5]);
+        drop(second.permit);
+        // Three queued, five clients expected back: one more arrival makes
+        // the preferred size 4.
+        handle.submit(req(9)).unwrap();
+        assert_eq!(ids(&next()), [6, 7, 8, 9]);
     }
 }

@@ -64,11 +64,15 @@ impl LevelPolicy {
         }
     }
 
-    /// How long a request may wait in the queue.
+    /// How long a request may wait in the queue. As in Triton, a request's
+    /// own timeout (where the policy allows it) only ever shortens the
+    /// default: it never extends it, and a level without a default timeout
+    /// lets requests wait as long as needed whatever they ask.
     pub fn timeout(&self, requested: Option<Duration>) -> Option<Duration> {
+        let default = self.default_timeout?;
         match requested {
-            Some(t) if self.allow_timeout_override && !t.is_zero() => Some(t),
-            _ => self.default_timeout,
+            Some(t) if self.allow_timeout_override && !t.is_zero() => Some(t.min(default)),
+            _ => Some(default),
         }
     }
 }
@@ -284,6 +288,11 @@ mod tests {
         assert_eq!(
             b.levels[0].timeout(Some(Duration::from_micros(7))),
             Some(Duration::from_micros(7))
+        );
+        // A longer request timeout does not extend the default.
+        assert_eq!(
+            b.levels[0].timeout(Some(Duration::from_secs(7))),
+            Some(Duration::from_micros(100))
         );
         assert_eq!(b.levels[1].max_queue_size, 3);
         assert_eq!(b.levels[1].timeout(Some(Duration::from_micros(7))), None);

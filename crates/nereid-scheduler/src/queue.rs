@@ -7,19 +7,27 @@
 //! 1. The head is the oldest request of the highest priority level
 //!    (delayed requests come after every level). The batch takes, in that
 //!    order, requests with the head's shape until `max_batch_size`.
-//! 2. It goes at once when it is full, when it reaches the largest
-//!    preferred size (trimmed to it), when the queue delay is zero, or when
-//!    every instance is idle and no client is expected back: then no
-//!    running batch can free more work and waiting would only add latency
-//!    ("waiting cannot make it bigger"). Clients are expected back after a
-//!    batch is answered: each answered request counts one expected arrival,
-//!    each arrival cancels one, and what is still expected a queue delay
-//!    after the last answer is forgotten. Without this, clients that wait
-//!    for their answers split into two cohorts that take turns, each batch
-//!    half what the load allows.
-//! 3. Otherwise, while another instance is busy, it waits for more requests
-//!    until its oldest request has waited `max_queue_delay`, then goes,
-//!    trimmed to the largest preferred size it reached.
+//! 2. It goes at once, trimmed, when some of it reaches a preferred size:
+//!    trimmed to the largest preferred size its requests reach in order,
+//!    or, when it holds more than the largest preferred size, to the
+//!    requests that fit in it (Triton's rule). Nothing below delays that.
+//! 3. Otherwise it goes whole when it cannot grow (full, or a request of
+//!    its shape no longer fits), when the queue delay is zero or its oldest
+//!    request waited it out, or when every instance is idle and no client
+//!    is expected back: then no running batch can free more work and
+//!    waiting would only add latency ("waiting cannot make it bigger").
+//!    Clients are expected back after a batch is answered: each answered
+//!    request counts one expected arrival, each arrival cancels one, and
+//!    what is still expected a queue delay after the last answer is
+//!    forgotten. Without this, clients that wait for their answers split
+//!    into two cohorts that take turns, each batch half what the load
+//!    allows.
+//! 4. Otherwise it waits for more requests, at most until its oldest
+//!    request has waited `max_queue_delay`.
+//!
+//! A request's queue timeout counts from when it was submitted, and one
+//! that has passed by the time the batcher looks is rejected (or delayed)
+//! even on an idle model, as in Triton.
 
 use std::collections::VecDeque;
 
@@ -36,6 +44,19 @@ struct Entry<T> {
     action: TimeoutAction,
     size: u64,
     key: u64,
+}
+
+/// The requests the next batch could hold.
+struct Candidate {
+    /// (queue, index) of each, in dispatch order.
+    picked: Vec<(usize, usize)>,
+    /// The batch size of each.
+    sizes: Vec<u64>,
+    total: u64,
+    /// The oldest enqueue time among them.
+    oldest: Option<Instant>,
+    /// A request of the same shape was left out: it did not fit.
+    overflow: bool,
 }
 
 /// What one call to [`QueueState::step`] decided.
@@ -152,19 +173,27 @@ impl<T: Pending> QueueState<T> {
         if idle == 0 || self.is_empty() {
             return step;
         }
-        let (picked, total, oldest) = self.candidate();
-        let preferred = self.largest_preferred(total);
-        let full = total >= self.config.max_batch_size
-            || self
-                .config
-                .preferred_batch_sizes
-                .last()
-                .is_some_and(|&p| total >= p);
+        let candidate = self.candidate();
+        let oldest = candidate.oldest.unwrap_or(now);
         let delay_over = now >= oldest + self.config.max_queue_delay;
-        let nobody_coming = busy == 0 && self.expected_back(now) == 0;
-        if full || nobody_coming || delay_over {
-            let limit = preferred.unwrap_or(total);
-            step.dispatch = Some(self.take(&picked, limit));
+        // As Triton: a batch that reached a preferred size (or cannot grow
+        // past the largest one) goes at once, trimmed to it, unless its
+        // oldest request already waited out the delay; then everything
+        // that fits goes. Waiting for clients never holds such a batch.
+        let limit = match self.preferred_cut(&candidate) {
+            Some(cut) if !delay_over => Some(cut),
+            _ => {
+                let nobody_coming = busy == 0 && self.expected_back(now) == 0;
+                let go = candidate.overflow
+                    || candidate.total >= self.max_preferred()
+                    || self.config.max_queue_delay.is_zero()
+                    || delay_over
+                    || nobody_coming;
+                go.then_some(candidate.total)
+            }
+        };
+        if let Some(limit) = limit {
+            step.dispatch = Some(self.take(&candidate.picked, limit));
             step.wake_at = self.earliest_deadline();
         } else {
             let mut due = oldest + self.config.max_queue_delay;
@@ -223,37 +252,68 @@ impl<T: Pending> QueueState<T> {
             .flat_map(|(q, queue)| queue.iter().enumerate().map(move |(i, e)| (q, i, e)))
     }
 
-    /// The requests the next batch would hold: (queue, index) pairs, their
-    /// total size, and the oldest enqueue time among them.
-    fn candidate(&self) -> (Vec<(usize, usize)>, u64, Instant) {
-        let mut picked = Vec::new();
-        let mut total = 0;
-        let mut oldest: Option<Instant> = None;
+    /// The requests the next batch would hold, in dispatch order: those
+    /// with the head's shape, while they fit in `max_batch_size`.
+    fn candidate(&self) -> Candidate {
+        let mut c = Candidate {
+            picked: Vec::new(),
+            sizes: Vec::new(),
+            total: 0,
+            oldest: None,
+            overflow: false,
+        };
         let mut key = None;
         for (q, i, entry) in self.ordered() {
             let head = *key.get_or_insert(entry.key);
-            // The head always goes, even if it alone exceeds the maximum.
-            let fits = picked.is_empty() || total + entry.size <= self.config.max_batch_size;
-            if entry.key != head || !fits {
+            if entry.key != head {
                 continue;
             }
-            picked.push((q, i));
-            total += entry.size;
-            oldest = Some(oldest.map_or(entry.enqueued, |o| o.min(entry.enqueued)));
-            if total >= self.config.max_batch_size {
+            // The head always goes, even if it alone exceeds the maximum.
+            if !c.picked.is_empty() && c.total + entry.size > self.config.max_batch_size {
+                c.overflow = true;
+                continue;
+            }
+            c.picked.push((q, i));
+            c.sizes.push(entry.size);
+            c.total += entry.size;
+            c.oldest = Some(
+                c.oldest
+                    .map_or(entry.enqueued, |o: Instant| o.min(entry.enqueued)),
+            );
+            if c.total >= self.config.max_batch_size {
                 break;
             }
         }
-        (picked, total, oldest.unwrap_or_else(Instant::now))
+        c
     }
 
-    fn largest_preferred(&self, total: u64) -> Option<u64> {
+    /// The largest preferred size among the candidate's prefixes, or, when
+    /// it holds more than the largest preferred size, the longest prefix
+    /// within it (Triton's "best preferred batch size").
+    fn preferred_cut(&self, candidate: &Candidate) -> Option<u64> {
+        let max_preferred = self.max_preferred();
+        let mut best = None;
+        let mut total = 0;
+        for &size in &candidate.sizes {
+            if total > 0 && total + size > max_preferred {
+                return best.or(Some(total));
+            }
+            total += size;
+            if self.config.preferred_batch_sizes.contains(&total) {
+                best = Some(total);
+            }
+        }
+        best
+    }
+
+    /// The size past which a batch need not grow: the largest preferred
+    /// size, or `max_batch_size` when none is set.
+    fn max_preferred(&self) -> u64 {
         self.config
             .preferred_batch_sizes
-            .iter()
+            .last()
             .copied()
-            .filter(|&p| p <= total)
-            .max()
+            .unwrap_or(self.config.max_batch_size)
     }
 
     /// Removes the picked entries, in order, while they fit in `limit`.

@@ -18,6 +18,8 @@ pub(crate) struct Req {
     priority: u64,
     timeout: Option<Duration>,
     gone: Arc<AtomicBool>,
+    /// Where `reject` reports the request's id, if anywhere.
+    pub(crate) rejected: Option<crossbeam_channel::Sender<u32>>,
 }
 
 pub(crate) fn req(id: u32) -> Req {
@@ -28,6 +30,7 @@ pub(crate) fn req(id: u32) -> Req {
         priority: 0,
         timeout: None,
         gone: Arc::new(AtomicBool::new(false)),
+        rejected: None,
     }
 }
 
@@ -47,7 +50,11 @@ impl Pending for Req {
     fn is_abandoned(&self) -> bool {
         self.gone.load(Ordering::SeqCst)
     }
-    fn reject(self, _: Error) {}
+    fn reject(self, _: Error) {
+        if let Some(to) = &self.rejected {
+            let _ = to.send(self.id);
+        }
+    }
     fn cancel(self) {}
 }
 
@@ -108,13 +115,53 @@ async fn nothing_leaves_without_an_idle_instance() {
 async fn a_preferred_size_is_chosen() {
     let mut c = config(8, 100_000);
     c.preferred_batch_sizes = vec![2, 4];
-    let mut q = queue(c, (1..=6).map(req));
+    let mut q = queue(c, (1..=7).map(req));
     assert_eq!(ids(q.step(Instant::now(), 1, 1).dispatch), [1, 2, 3, 4]);
-    // Two left: below the largest preferred size, so they wait for the delay...
+    // Three left: they reach the preferred size 2, which goes at once...
+    assert_eq!(ids(q.step(Instant::now(), 1, 1).dispatch), [5, 6]);
+    // ...and the last one waits for the delay, then goes as it is.
     assert!(q.step(Instant::now(), 1, 1).dispatch.is_none());
     advance(Duration::from_millis(100)).await;
-    // ...then go trimmed to the preferred size they reached.
-    assert_eq!(ids(q.step(Instant::now(), 1, 1).dispatch), [5, 6]);
+    assert_eq!(ids(q.step(Instant::now(), 1, 1).dispatch), [7]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_that_waited_out_the_delay_goes_whole() {
+    let mut c = config(8, 1000);
+    c.preferred_batch_sizes = vec![4];
+    let big = |id| Req { size: 3, ..req(id) };
+    let mut q = queue(c, [big(1), big(2)]);
+    // 6 holds more than the preferred 4: the 3 that fit go at once.
+    assert_eq!(ids(q.step(Instant::now(), 1, 1).dispatch), [1]);
+    q.push(big(3), Instant::now()).unwrap();
+    advance(Duration::from_micros(1000)).await;
+    // Once the delay is over Triton sends everything that fits.
+    assert_eq!(ids(q.step(Instant::now(), 1, 1).dispatch), [2, 3]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_preferred_size_goes_at_once_while_clients_are_expected() {
+    let mut c = config(16, 100_000);
+    c.preferred_batch_sizes = vec![4, 8];
+    let mut q = queue(c, []);
+    // A burst of 16 was just answered: those clients are expected back.
+    q.answered(16, Instant::now());
+    for id in 1..=3 {
+        q.push(req(id), Instant::now()).unwrap();
+        assert!(q.step(Instant::now(), 1, 0).dispatch.is_none());
+    }
+    q.push(req(4), Instant::now()).unwrap();
+    assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [1, 2, 3, 4]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_batch_goes_at_once_while_clients_are_expected() {
+    let mut q = queue(config(4, 100_000), []);
+    q.answered(16, Instant::now());
+    for id in 1..=4 {
+        q.push(req(id), Instant::now()).unwrap();
+    }
+    assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [1, 2, 3, 4]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -178,6 +225,7 @@ async fn timeouts_delay_behind_the_rest() {
     let mut c = config(1, 0);
     c.levels[0].timeout_action = TimeoutAction::Delay;
     c.levels[0].allow_timeout_override = true;
+    c.levels[0].default_timeout = Some(Duration::from_secs(1));
     let hurried = Req {
         timeout: Some(Duration::from_micros(50)),
         ..req(1)
@@ -248,4 +296,61 @@ async fn clients_that_do_not_come_back_are_forgotten_after_the_delay() {
     // Forgotten for good: the next lone request goes at once.
     q.push(req(2), Instant::now()).unwrap();
     assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [2]);
+}
+
+pub(crate) fn with_timeout(id: u32, timeout: Duration) -> Req {
+    Req {
+        timeout: Some(timeout),
+        ..req(id)
+    }
+}
+
+pub(crate) fn overridable(default: Duration) -> BatcherConfig {
+    let mut c = config(8, 0);
+    c.levels[0].default_timeout = Some(default);
+    c.levels[0].allow_timeout_override = true;
+    c
+}
+
+fn expired(step: &crate::Step<Req>) -> Vec<u32> {
+    step.expired.iter().map(|r| r.id).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_timeout_never_extends_the_default() {
+    let long = with_timeout(1, Duration::from_secs(10));
+    let mut q = queue(overridable(Duration::from_micros(100)), [long]);
+    advance(Duration::from_micros(100)).await;
+    assert_eq!(expired(&q.step(Instant::now(), 0, 1)), [1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_timeout_shortens_the_default() {
+    let short = with_timeout(1, Duration::from_micros(10));
+    let mut q = queue(overridable(Duration::from_secs(1)), [short]);
+    advance(Duration::from_micros(10)).await;
+    assert_eq!(expired(&q.step(Instant::now(), 0, 1)), [1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_default_timeout_request_timeouts_are_ignored() {
+    let mut c = config(8, 0);
+    c.levels[0].allow_timeout_override = true;
+    let mut q = queue(c, [with_timeout(1, Duration::from_micros(1))]);
+    advance(Duration::from_secs(1)).await;
+    let step = q.step(Instant::now(), 1, 0);
+    assert!(step.expired.is_empty());
+    assert_eq!(ids(step.dispatch), [1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_passed_before_the_batcher_looks_is_rejected_on_an_idle_model() {
+    let mut q = QueueState::new(overridable(Duration::from_secs(1)));
+    let submitted = Instant::now();
+    advance(Duration::from_micros(1)).await;
+    q.push(with_timeout(1, Duration::from_micros(1)), submitted)
+        .unwrap();
+    let step = q.step(Instant::now(), 2, 0);
+    assert_eq!(expired(&step), [1]);
+    assert!(step.dispatch.is_none());
 }
