@@ -5,3 +5,12 @@
 //! This crate knows composing models only through the engine's interface
 //! (their configs, and a handle that runs one request): it must not depend
 //! on a wire format, a concrete backend, the repository or the engine.
+
+mod error;
+mod validate;
+
+pub use error::{EnsembleError, TensorOrigin};
+pub use validate::{
+    Composing, Composition, ENSEMBLE_PLATFORM, check_available, check_composition, check_config,
+    compose, dependencies, find_cycle,
+};
