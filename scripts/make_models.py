@@ -5,7 +5,8 @@ Two repositories, both in Triton's layout (`<model>/config.pbtxt`,
 `<model>/<version>/model.onnx`):
 
 - `model_repository/`: the examples the server runs out of the box
-  (`simple`, `mlp`, `string_identity`, `add_sub_versions`);
+  (`simple`, `mlp`, `string_identity`, `add_sub_versions`, and the
+  ensemble `mlp_pipeline`: `preprocess` feeding `mlp`);
 - `tests/models/`: one `identity_<type>` model per data type, and
   `autofill_simple` (no `config.pbtxt`, for autofill tests).
 
@@ -260,7 +261,94 @@ def identity_model(name: str, io_in: Io, io_out: Io) -> onnx.ModelProto:
     return make_model(name, nodes, [io_in], [io_out], batched=True)
 
 
+PREPROCESS_IN = Io("RAW", "TYPE_UINT8", TensorProto.UINT8, (256,))
+PREPROCESS_OUT = Io("SCALED", "TYPE_FP32", TensorProto.FLOAT, (256,))
+
+
+def preprocess_model() -> onnx.ModelProto:
+    """An image-style preprocessing step: SCALED = float(RAW) / 255."""
+    scale = numpy_helper.from_array(np.array(1.0 / 255.0, dtype=np.float32), "scale")
+    nodes = [
+        helper.make_node("Cast", ["RAW"], ["raw_f"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["raw_f", "scale"], ["SCALED"]),
+    ]
+    return make_model(
+        "preprocess", nodes, [PREPROCESS_IN], [PREPROCESS_OUT], batched=True, initializers=[scale]
+    )
+
+
+# Triton's ensemble syntax: `preprocess` turns RAW bytes into the MLP's input.
+MLP_PIPELINE_CONFIG = """name: "mlp_pipeline"
+platform: "ensemble"
+max_batch_size: 64
+input [
+  {
+    name: "RAW"
+    data_type: TYPE_UINT8
+    dims: [ 256 ]
+  }
+]
+output [
+  {
+    name: "OUTPUT"
+    data_type: TYPE_FP32
+    dims: [ 16 ]
+  }
+]
+ensemble_scheduling {
+  step [
+    {
+      model_name: "preprocess"
+      model_version: -1
+      input_map {
+        key: "RAW"
+        value: "RAW"
+      }
+      output_map {
+        key: "SCALED"
+        value: "scaled"
+      }
+    },
+    {
+      model_name: "mlp"
+      model_version: -1
+      input_map {
+        key: "INPUT"
+        value: "scaled"
+      }
+      output_map {
+        key: "OUTPUT"
+        value: "OUTPUT"
+      }
+    }
+  ]
+}
+"""
+
+
+def write_ensemble(repo: Path, name: str, config: str) -> None:
+    """An ensemble's folder: its config and an empty version folder (kept
+    in git by a .gitkeep file)."""
+    version_dir = repo / name / "1"
+    version_dir.mkdir(parents=True, exist_ok=True)
+    (version_dir / ".gitkeep").write_text("")
+    (repo / name / "config.pbtxt").write_text(config)
+
+
 def write_examples(repo: Path) -> None:
+    write_model(
+        repo,
+        "preprocess",
+        {1: preprocess_model()},
+        config_text(
+            "preprocess",
+            64,
+            [PREPROCESS_IN],
+            [PREPROCESS_OUT],
+            extra="dynamic_batching {\n  max_queue_delay_microseconds: 2000\n}\n",
+        ),
+    )
+    write_ensemble(repo, "mlp_pipeline", MLP_PIPELINE_CONFIG)
     write_model(
         repo,
         "simple",

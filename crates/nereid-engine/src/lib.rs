@@ -11,6 +11,7 @@
 //! beside the serving one and swapped in when ready.
 
 mod batch;
+mod ensemble;
 mod lifecycle;
 mod memory;
 mod metadata;
@@ -183,21 +184,32 @@ impl Engine {
         let name = name.to_string();
         tokio::task::spawn_blocking(move || {
             let found = engine.find_model(&name)?;
-            engine.sync_model(source::for_request(&name, request, found)?, true)
+            let source = source::for_request(&name, request, found)?;
+            // As Triton: an ensemble's composing models load with it.
+            engine.load_composing(&source, &mut vec![name.clone()]);
+            engine.sync_model(source, true)
         })
         .await
         .map_err(|e| Error::internal(format!("the load task failed: {e}")))?
     }
 
-    /// The repository API's unload. Requests in flight finish first. There
-    /// are no ensembles yet, so `unload_dependents` has nothing to add.
-    pub async fn unload_model(&self, name: &str, _unload_dependents: bool) -> Result<(), Error> {
+    /// The repository API's unload. Requests in flight finish first. With
+    /// `unload_dependents`, the ensembles that use the model (directly or
+    /// through other ensembles) are unloaded too.
+    pub async fn unload_model(&self, name: &str, unload_dependents: bool) -> Result<(), Error> {
         self.require_explicit()?;
         let engine = self.clone();
         let name = name.to_string();
-        tokio::task::spawn_blocking(move || engine.unload_now(&name))
-            .await
-            .map_err(|e| Error::internal(format!("the unload task failed: {e}")))
+        tokio::task::spawn_blocking(move || {
+            if unload_dependents {
+                for dependent in engine.dependents(&name) {
+                    engine.unload_now(&dependent);
+                }
+            }
+            engine.unload_now(&name);
+        })
+        .await
+        .map_err(|e| Error::internal(format!("the unload task failed: {e}")))
     }
 
     fn require_explicit(&self) -> Result<(), Error> {

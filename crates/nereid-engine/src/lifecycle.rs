@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use nereid_core::model_config::ModelConfig;
 use nereid_core::{Backend, Error};
+use nereid_ensemble::Composer;
 use nereid_repository::ResolvedModel;
 
 use crate::model::LoadedVersion;
@@ -33,7 +34,13 @@ impl Engine {
 
     fn sync_locked(&self, source: Source, force: bool) -> Result<(), Error> {
         let name = source.name().to_string();
-        let resolved = match self.resolve_source(&source) {
+        let resolved = self.resolve_source(&source).and_then(|mut resolved| {
+            if resolved.backend.is_none() {
+                self.check_ensemble(&mut resolved.config)?;
+            }
+            Ok(resolved)
+        });
+        let resolved = match resolved {
             Ok(resolved) => resolved,
             Err(reason) => {
                 tracing::error!(model = %name, error = %reason, "model unavailable");
@@ -64,7 +71,8 @@ impl Engine {
             .filter(|v| current.versions.get(v).is_none_or(|e| e.loaded.is_none()))
             .collect();
         self.inner.registry.write().mark_loading(&name, &fresh);
-        let results = load_versions(&resolved, &targets, &plan.load);
+        let composer = crate::ensemble::EngineComposer::new(self);
+        let results = load_versions(&resolved, &targets, &plan.load, &composer);
         let (entry, retired, errors) = commit(current, &plan, results, &source);
         let replaced = self.inner.registry.write().set(name.clone(), entry);
         // Released outside the lock: requests still holding these finish first.
@@ -119,8 +127,44 @@ impl Engine {
         self.inner.janitor.retire(loaded.collect());
     }
 
-    /// Loads `sources` in parallel, each model on its own thread.
+    /// Loads `sources`: every model in parallel, each on its own thread,
+    /// then the ensembles among them, each after the ensembles it uses, so
+    /// that an ensemble is checked against composing models already
+    /// loaded. Ensembles that failed earlier and use one of the models
+    /// loaded now are tried again, as Triton re-checks dependents.
     pub(crate) fn load_many(&self, sources: Vec<Source>) -> Vec<LoadFailure> {
+        let (mut ensembles, models): (Vec<Source>, Vec<Source>) = sources
+            .into_iter()
+            .partition(|s| self.source_is_ensemble(s));
+        let loaded: Vec<String> = models.iter().map(|s| s.name().to_string()).collect();
+        let mut failures = self.load_parallel(models);
+        ensembles.extend(self.failed_dependents(&loaded, &ensembles));
+        while !ensembles.is_empty() {
+            let names: Vec<String> = ensembles.iter().map(|s| s.name().to_string()).collect();
+            let waits = |s: &Source| {
+                self.source_config(s).is_some_and(|c| {
+                    nereid_ensemble::dependencies(&c)
+                        .iter()
+                        .any(|(m, _)| m != s.name() && names.contains(m))
+                })
+            };
+            // Those that use no ensemble still to load; all of them when
+            // the rest wait on each other (a cycle, refused when checked).
+            let (mut now, later): (Vec<Source>, Vec<Source>) =
+                ensembles.into_iter().partition(|s| !waits(s));
+            if now.is_empty() {
+                now = later;
+                ensembles = Vec::new();
+            } else {
+                ensembles = later;
+            }
+            failures.extend(self.load_parallel(now));
+        }
+        failures.sort_by(|a, b| a.model.cmp(&b.model));
+        failures
+    }
+
+    fn load_parallel(&self, sources: Vec<Source>) -> Vec<LoadFailure> {
         let failures = parking_lot::Mutex::new(Vec::new());
         std::thread::scope(|scope| {
             for source in sources {
@@ -136,9 +180,48 @@ impl Engine {
                 });
             }
         });
-        let mut failures = failures.into_inner();
-        failures.sort_by(|a, b| a.model.cmp(&b.model));
-        failures
+        failures.into_inner()
+    }
+
+    /// The config a source will load, as written.
+    fn source_config(&self, source: &Source) -> Option<ModelConfig> {
+        match &source.config {
+            Some(config) => Some(config.clone()),
+            None => self.inner.repository.read_model_config(&source.entry).ok(),
+        }
+    }
+
+    fn source_is_ensemble(&self, source: &Source) -> bool {
+        self.source_config(source)
+            .is_some_and(|c| c.platform == nereid_ensemble::ENSEMBLE_PLATFORM)
+    }
+
+    /// Known ensembles that have no ready version, use one of `models`, and
+    /// are not among `pending` already: sources to try them again.
+    fn failed_dependents(&self, models: &[String], pending: &[Source]) -> Vec<Source> {
+        if models.is_empty() {
+            return Vec::new();
+        }
+        let failed: Vec<String> = {
+            let registry = self.inner.registry.read();
+            registry
+                .names()
+                .filter(|n| !registry.is_ready(n, None))
+                .filter(|n| !pending.iter().any(|s| s.name() == n))
+                .collect()
+        };
+        let dirs = self.inner.repository.scan().unwrap_or_default();
+        dirs.into_iter()
+            .filter(|d| failed.contains(&d.name))
+            .map(Source::repository)
+            .filter(|s| {
+                self.source_config(s).is_some_and(|c| {
+                    nereid_ensemble::dependencies(&c)
+                        .iter()
+                        .any(|(m, _)| models.contains(m))
+                })
+            })
+            .collect()
     }
 
     fn model_lock(&self, name: &str) -> Arc<parking_lot::Mutex<()>> {
@@ -180,7 +263,12 @@ fn plan_for(current: &ModelEntry, config: &ModelConfig, targets: &[Target], forc
 }
 
 /// Loads the versions `load` names, in parallel.
-fn load_versions(resolved: &ResolvedModel, targets: &[Target], load: &[i64]) -> Vec<(i64, Loaded)> {
+fn load_versions(
+    resolved: &ResolvedModel,
+    targets: &[Target],
+    load: &[i64],
+    composer: &Arc<dyn Composer>,
+) -> Vec<(i64, Loaded)> {
     let config = Arc::new(resolved.config.clone());
     std::thread::scope(|scope| {
         let handles: Vec<_> = resolved
@@ -193,10 +281,15 @@ fn load_versions(resolved: &ResolvedModel, targets: &[Target], load: &[i64]) -> 
                     .find(|t| t.version == v.version)
                     .and_then(|t| t.fingerprint);
                 let config = Arc::clone(&config);
-                let backend: &Arc<dyn Backend> = &resolved.backend;
+                let backend: Option<&Arc<dyn Backend>> = resolved.backend.as_ref();
                 let handle = scope.spawn(move || {
-                    LoadedVersion::load(backend, config, v.version, v.model_path.clone())
-                        .map(|loaded| (loaded, fingerprint))
+                    let loaded = match backend {
+                        Some(backend) => {
+                            LoadedVersion::load(backend, config, v.version, v.model_path.clone())?
+                        }
+                        None => LoadedVersion::ensemble(config, v.version, Arc::clone(composer)),
+                    };
+                    Ok((loaded, fingerprint))
                 });
                 (v.version, handle)
             })

@@ -3,18 +3,19 @@
 //! workers finish what was queued, then drop their instances.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nereid_core::model_config::ModelConfig;
 use nereid_core::model_config::model_instance_group::Kind;
 use nereid_core::{Backend, Device, Error, InferRequest, InferResponse, ModelSource};
 use tokio::sync::oneshot;
 
+use nereid_ensemble::{Composer, Pipeline};
 use nereid_scheduler::{BatcherConfig, ResponseOrder};
 
 use crate::scheduler::job::Job;
 use crate::scheduler::{BatchingScheduler, DirectScheduler, Scheduler};
-use crate::stats::ModelStats;
+use crate::stats::{ComputeTimes, ModelStats};
 use crate::validate::validate;
 use crate::worker::{WorkerContext, start_workers};
 
@@ -27,9 +28,35 @@ pub struct LoadedVersion {
     pub version: i64,
     pub config: Arc<ModelConfig>,
     pub stats: Arc<ModelStats>,
-    scheduler: Box<dyn Scheduler>,
-    /// Set when the config asks to `preserve_ordering`.
-    order: Option<ResponseOrder>,
+    runner: Runner,
+}
+
+/// What runs a version's requests.
+enum Runner {
+    /// Its own instances, behind a scheduler.
+    Instances {
+        scheduler: Box<dyn Scheduler>,
+        /// Set when the config asks to `preserve_ordering`.
+        order: Option<ResponseOrder>,
+    },
+    /// An ensemble's steps, each through its model's own scheduler.
+    Ensemble {
+        pipeline: Pipeline,
+        composer: Arc<dyn Composer>,
+        /// The models the steps use, for readiness.
+        models: Vec<(String, Option<i64>)>,
+    },
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Runner::Instances { scheduler, .. } => {
+                f.debug_tuple("Instances").field(scheduler).finish()
+            }
+            Runner::Ensemble { pipeline, .. } => f.debug_tuple("Ensemble").field(pipeline).finish(),
+        }
+    }
 }
 
 impl LoadedVersion {
@@ -69,9 +96,37 @@ impl LoadedVersion {
             version,
             config,
             stats,
-            scheduler,
-            order,
+            runner: Runner::Instances { scheduler, order },
         })
+    }
+
+    /// An ensemble's version: it has no instances of its own; its steps
+    /// reach the models they name through `composer`.
+    pub fn ensemble(
+        config: Arc<ModelConfig>,
+        version: i64,
+        composer: Arc<dyn Composer>,
+    ) -> LoadedVersion {
+        let pipeline = Pipeline::new(&config, version);
+        let models = pipeline.models().map(|(m, v)| (m.to_string(), v)).collect();
+        LoadedVersion {
+            version,
+            config,
+            stats: Arc::new(ModelStats::default()),
+            runner: Runner::Ensemble {
+                pipeline,
+                composer,
+                models,
+            },
+        }
+    }
+
+    /// The models an ensemble's steps use; `None` for any other model.
+    pub fn composing_models(&self) -> Option<&[(String, Option<i64>)]> {
+        match &self.runner {
+            Runner::Ensemble { models, .. } => Some(models),
+            Runner::Instances { .. } => None,
+        }
     }
 
     /// Validates `request`, queues it and waits for its answer. Dropping the
@@ -85,10 +140,20 @@ impl LoadedVersion {
                 return Err(e);
             }
         };
+        let (scheduler, order) = match &self.runner {
+            Runner::Instances { scheduler, order } => (scheduler, order),
+            Runner::Ensemble {
+                pipeline, composer, ..
+            } => {
+                return self
+                    .run_ensemble(pipeline, composer.as_ref(), request, enqueued)
+                    .await;
+            }
+        };
         let (reply, answer) = oneshot::channel();
-        let ticket = self.order.as_ref().map(ResponseOrder::ticket);
+        let ticket = order.as_ref().map(ResponseOrder::ticket);
         let submitted = Job::new(request, reply, Arc::clone(&self.stats), ticket)
-            .and_then(|job| self.scheduler.submit(job));
+            .and_then(|job| scheduler.submit(job));
         if let Err(e) = submitted {
             self.stats.record_failure(enqueued.elapsed());
             return Err(e);
@@ -96,6 +161,32 @@ impl LoadedVersion {
         answer.await.map_err(|_| {
             Error::internal(format!("model '{}' dropped the request", self.config.name))
         })?
+    }
+}
+
+impl LoadedVersion {
+    /// Runs the ensemble's steps. Its statistics count the request once,
+    /// as one execution of its batch size; the composing models count
+    /// their own executions.
+    async fn run_ensemble(
+        &self,
+        pipeline: &Pipeline,
+        composer: &dyn Composer,
+        request: crate::ValidatedRequest,
+        enqueued: Instant,
+    ) -> Result<InferResponse, Error> {
+        let batch_size = request.batch_size;
+        let result = pipeline.run(request.request, composer).await;
+        match &result {
+            Ok(_) => {
+                let compute = ComputeTimes::default();
+                self.stats.record_execution(batch_size, compute);
+                self.stats
+                    .record_success(enqueued.elapsed(), Duration::ZERO, compute);
+            }
+            Err(_) => self.stats.record_failure(enqueued.elapsed()),
+        }
+        result
     }
 }
 

@@ -194,6 +194,25 @@ impl Registry {
     /// The loaded version a request for `name` / `version` goes to: the one
     /// asked for, or the highest ready version.
     pub fn resolve(&self, name: &str, version: Option<i64>) -> Result<Arc<LoadedVersion>, Error> {
+        let loaded = self.resolve_own(name, version)?;
+        if let Some(models) = loaded.composing_models() {
+            crate::ensemble::check_composing_ready(self, name, models, 0)?;
+        }
+        Ok(loaded)
+    }
+
+    /// The names of every model known, loaded or not.
+    pub fn names(&self) -> impl Iterator<Item = String> + '_ {
+        self.models.keys().cloned()
+    }
+
+    /// Like [`Registry::resolve`], without looking at the models an
+    /// ensemble composes.
+    pub fn resolve_own(
+        &self,
+        name: &str,
+        version: Option<i64>,
+    ) -> Result<Arc<LoadedVersion>, Error> {
         let model = self
             .models
             .get(name)

@@ -213,18 +213,18 @@ fn pass(engine: &Engine, tracker: &mut ChangeTracker, all: bool, mut names: BTre
             settled.push((name, entry.cloned(), fingerprint));
         }
     }
-    std::thread::scope(|scope| {
-        for (name, entry, _) in &settled {
-            scope.spawn(move || match entry {
-                Some(entry) => {
-                    tracing::info!(model = %name, "model folder changed: loading");
-                    // Failures are logged and shown in the index.
-                    let _ = engine.sync_model(Source::repository(entry.clone()), false);
-                }
-                None => engine.remove_model(name),
-            });
+    let mut changed = Vec::new();
+    for (name, entry, _) in &settled {
+        match entry {
+            Some(entry) => {
+                tracing::info!(model = %name, "model folder changed: loading");
+                changed.push(Source::repository(entry.clone()));
+            }
+            None => engine.remove_model(name),
         }
-    });
+    }
+    // Failures are logged and shown in the index.
+    let _ = engine.load_many(changed);
     for (name, _, fingerprint) in settled {
         tracker.applied(&name, fingerprint);
     }

@@ -7,9 +7,11 @@
 //! on a wire format, a concrete backend, the repository or the engine.
 
 mod error;
+mod executor;
 mod validate;
 
 pub use error::{EnsembleError, TensorOrigin};
+pub use executor::{Composer, Pipeline, StepFuture};
 pub use validate::{
     Composing, Composition, ENSEMBLE_PLATFORM, check_available, check_composition, check_config,
     compose, dependencies, find_cycle,

@@ -46,7 +46,9 @@ pub struct ResolvedModel {
     /// The config after autofill and Triton's defaults: what
     /// `GET /v2/models/<name>/config` returns.
     pub config: ModelConfig,
-    pub backend: Arc<dyn Backend>,
+    /// The backend that runs it; `None` for an ensemble, which the engine
+    /// runs over other models.
+    pub backend: Option<Arc<dyn Backend>>,
     /// Ascending by version.
     pub versions: Vec<ResolvedVersion>,
 }
@@ -55,7 +57,7 @@ impl fmt::Debug for ResolvedModel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResolvedModel")
             .field("name", &self.name)
-            .field("backend", &self.backend.name())
+            .field("backend", &self.backend.as_ref().map(|b| b.name()))
             .field("versions", &self.versions)
             .finish_non_exhaustive()
     }
@@ -169,10 +171,16 @@ impl Repository {
             path: entry.path.clone(),
             source,
         })?;
-        let backend = resolve_backend(&mut config, &entry.path, &on_disk, backends)?;
-        if !self.strict && autofill::needs_model_io(&config) {
-            self.autofill(&mut config, &entry.path, &on_disk, backend.as_ref())?;
-        }
+        // No backend runs an ensemble, and autofill never applies to one.
+        let backend = if config.platform == validate::ENSEMBLE_PLATFORM {
+            None
+        } else {
+            let backend = resolve_backend(&mut config, &entry.path, &on_disk, backends)?;
+            if !self.strict && autofill::needs_model_io(&config) {
+                self.autofill(&mut config, &entry.path, &on_disk, backend.as_ref())?;
+            }
+            Some(backend)
+        };
         normalize::normalize(&mut config, &self.gpus);
         validate::validate(&config, &self.gpus)?;
         let versions = self.version_paths(&config, &entry.path, &on_disk)?;
@@ -182,6 +190,12 @@ impl Repository {
             backend,
             versions,
         })
+    }
+
+    /// The folder's `config.pbtxt` as written (nothing filled in), or an
+    /// empty config where the folder has none and configs may be autofilled.
+    pub fn read_model_config(&self, entry: &ModelEntry) -> Result<ModelConfig, ModelError> {
+        self.read_config(&entry.path)
     }
 
     fn read_config(&self, model_dir: &Path) -> Result<ModelConfig, ModelError> {

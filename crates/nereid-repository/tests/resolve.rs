@@ -92,7 +92,7 @@ fn resolves_versions_with_policy() {
     let repo = Repository::new(vec![dir.path().into()], true);
     let model = repo.resolve(&entry(dir.path(), "m"), &backends()).unwrap();
     assert_eq!(model.name, "m");
-    assert_eq!(model.backend.name(), "onnxruntime");
+    assert_eq!(model.backend.unwrap().name(), "onnxruntime");
     assert_eq!(model.config.platform, "onnxruntime_onnx");
     assert_eq!(model.config.default_model_filename, "model.onnx");
     let expected: Vec<ResolvedVersion> = [2, 10]
@@ -193,7 +193,10 @@ fn backend_resolution() {
         ("pytorch", "pytorch_libtorch")
     );
     assert_eq!(resolve("by_platform").unwrap().config.backend, "pytorch");
-    assert_eq!(resolve("custom.pytorch").unwrap().backend.name(), "pytorch");
+    assert_eq!(
+        resolve("custom.pytorch").unwrap().backend.unwrap().name(),
+        "pytorch"
+    );
     let err = resolve("unknown_backend").unwrap_err().to_string();
     assert_eq!(
         err,

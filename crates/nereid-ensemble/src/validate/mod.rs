@@ -31,7 +31,7 @@ pub use upstream::{Composing, Composition, check_available, check_composition, c
 pub const ENSEMBLE_PLATFORM: &str = "ensemble";
 
 /// The steps of `config`, or none when it has no `ensemble_scheduling`.
-fn steps(config: &ModelConfig) -> Option<&[Step]> {
+pub(crate) fn steps(config: &ModelConfig) -> Option<&[Step]> {
     match &config.scheduling_choice {
         Some(SchedulingChoice::EnsembleScheduling(ensembling)) => Some(&ensembling.step),
         _ => None,
@@ -53,7 +53,7 @@ pub fn dependencies(config: &ModelConfig) -> Vec<(String, i64)> {
 /// A step's map as (composing model tensor, ensemble tensor) pairs.
 /// Triton walks protobuf maps in no defined order; sorting by the composing
 /// model's tensor name makes the first error reported the same every time.
-fn sorted(map: &HashMap<String, String>) -> Vec<(&str, &str)> {
+pub(crate) fn sorted(map: &HashMap<String, String>) -> Vec<(&str, &str)> {
     let mut pairs: Vec<(&str, &str)> = map.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     pairs.sort_unstable();
     pairs

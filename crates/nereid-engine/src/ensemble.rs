@@ -1,0 +1,198 @@
+//! Ensembles in the engine: Triton's checks of an ensemble against the
+//! models it composes (made when it loads, with what the registry holds
+//! then), and the [`Composer`] through which its steps reach those models'
+//! own schedulers. Which version serves a step is looked up per request,
+//! so a composing model that reloads never fails an ensemble request.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Weak};
+
+use nereid_core::model_config::ModelConfig;
+use nereid_core::{Error, InferRequest};
+use nereid_ensemble::{Composer, Composing, StepFuture};
+
+use crate::registry::Registry;
+use crate::{Engine, Inner};
+
+/// Steps an ensemble may nest through other ensembles before the engine
+/// stops following them (cycles are refused at load; this is a backstop).
+const MAX_NESTING: usize = 32;
+
+/// The engine seen by an ensemble's steps. Weak, so that a loaded
+/// ensemble held by the registry does not keep the engine alive.
+pub(crate) struct EngineComposer {
+    inner: Weak<Inner>,
+}
+
+impl EngineComposer {
+    pub(crate) fn new(engine: &Engine) -> Arc<dyn Composer> {
+        Arc::new(EngineComposer {
+            inner: Arc::downgrade(&engine.inner),
+        })
+    }
+}
+
+impl Composer for EngineComposer {
+    fn infer(&self, request: InferRequest) -> StepFuture {
+        let inner = self.inner.upgrade();
+        Box::pin(async move {
+            let inner = inner.ok_or_else(|| Error::unavailable("the server is shutting down"))?;
+            let model = inner
+                .registry
+                .read()
+                .resolve(&request.model_name, request.model_version)?;
+            model.infer(request).await
+        })
+    }
+}
+
+impl Engine {
+    /// Triton's checks of the ensemble `config` (its own config, that its
+    /// models exist, no cycle, then against the composing models loaded
+    /// now), in Triton's order. Marks the ensemble decoupled when Triton
+    /// would. The error is Triton's message.
+    pub(crate) fn check_ensemble(&self, config: &mut ModelConfig) -> Result<(), String> {
+        nereid_ensemble::check_config(config).map_err(|e| e.to_string())?;
+        let known: BTreeSet<String> = self
+            .inner
+            .repository
+            .scan()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| d.name)
+            .chain(self.inner.registry.read().names())
+            .collect();
+        nereid_ensemble::check_available(config, &|m| known.contains(m))
+            .map_err(|e| e.to_string())?;
+        let cycle = nereid_ensemble::find_cycle(&config.name, &|m| self.ensemble_steps(config, m));
+        if let Some(cycle) = cycle {
+            return Err(cycle.to_string());
+        }
+        let registry = self.inner.registry.read();
+        let composition = nereid_ensemble::compose(config, &|m, v| composing(&registry, m, v))
+            .map_err(|e| e.to_string())?;
+        if composition.decoupled {
+            config
+                .model_transaction_policy
+                .get_or_insert_with(Default::default)
+                .decoupled = true;
+        }
+        Ok(())
+    }
+
+    /// The models the ensemble `model`'s steps use (from its folder's
+    /// config, or `checking` itself), `None` when it is not an ensemble.
+    fn ensemble_steps(&self, checking: &ModelConfig, model: &str) -> Option<Vec<String>> {
+        let names = |config: &ModelConfig| {
+            let steps = nereid_ensemble::dependencies(config)
+                .into_iter()
+                .map(|(m, _)| m);
+            Some(steps.collect())
+        };
+        if model == checking.name {
+            return names(checking);
+        }
+        let config = self.read_config(model)?;
+        (config.platform == nereid_ensemble::ENSEMBLE_PLATFORM).then(|| names(&config))?
+    }
+
+    /// The config in `model`'s folder as written, if it has a readable one.
+    pub(crate) fn read_config(&self, model: &str) -> Option<ModelConfig> {
+        let repository = &self.inner.repository;
+        let entry = repository
+            .scan()
+            .ok()?
+            .into_iter()
+            .find(|d| d.name == model)?;
+        repository.read_model_config(&entry).ok()
+    }
+
+    /// Loads the models the ensemble `source` composes that are not ready
+    /// (and theirs, for nested ensembles), before the ensemble itself.
+    /// `seen` holds the models already on the way, so a cycle stops here
+    /// (the ensemble's own check reports it). Failures show on the models.
+    pub(crate) fn load_composing(&self, source: &crate::source::Source, seen: &mut Vec<String>) {
+        let config = match &source.config {
+            Some(config) => Some(config.clone()),
+            None => self.inner.repository.read_model_config(&source.entry).ok(),
+        };
+        let Some(config) = config else { return };
+        for (model, _) in nereid_ensemble::dependencies(&config) {
+            if seen.contains(&model) || self.inner.registry.read().is_ready(&model, None) {
+                continue;
+            }
+            seen.push(model.clone());
+            let Ok(Some(entry)) = self.find_model(&model) else {
+                continue;
+            };
+            let dependency = crate::source::Source::repository(entry);
+            self.load_composing(&dependency, seen);
+            let _ = self.sync_model(dependency, false);
+        }
+    }
+
+    /// The loaded ensembles that use `model`, directly or through other
+    /// ensembles, outermost last.
+    pub(crate) fn dependents(&self, model: &str) -> Vec<String> {
+        let registry = self.inner.registry.read();
+        let mut found: Vec<String> = Vec::new();
+        let mut frontier = vec![model.to_string()];
+        while let Some(used) = frontier.pop() {
+            for (name, loaded) in registry.loaded() {
+                let uses = loaded
+                    .composing_models()
+                    .is_some_and(|models| models.iter().any(|(m, _)| *m == used));
+                if uses && !found.iter().any(|f| f == name) && name != model {
+                    found.push(name.to_string());
+                    frontier.push(name.to_string());
+                }
+            }
+        }
+        found
+    }
+}
+
+/// What the registry holds of the model a step names.
+fn composing(registry: &Registry, model: &str, version: i64) -> Composing {
+    let Some(entry) = registry.get(model) else {
+        return Composing::Missing;
+    };
+    let loaded = if version < 0 {
+        entry.versions.values().rev().find_map(|v| v.loaded.clone())
+    } else {
+        entry.versions.get(&version).and_then(|v| v.loaded.clone())
+    };
+    match (loaded, &entry.failure) {
+        (Some(loaded), _) => Composing::Loaded(Arc::clone(&loaded.config)),
+        (None, Some(reason)) if entry.versions.is_empty() => Composing::Invalid(reason.clone()),
+        (None, _) if version < 0 => match entry.versions.values().find(|v| !v.reason.is_empty()) {
+            Some(v) => Composing::LoadFailed(v.reason.clone()),
+            None => Composing::VersionNotLoaded,
+        },
+        (None, _) => Composing::VersionNotLoaded,
+    }
+}
+
+/// Checks that every model an ensemble's steps use (through nested
+/// ensembles too) is ready; the error names the first that is not.
+pub(crate) fn check_composing_ready(
+    registry: &Registry,
+    ensemble: &str,
+    models: &[(String, Option<i64>)],
+    depth: usize,
+) -> Result<(), Error> {
+    for (model, version) in models {
+        let step = registry.resolve_own(model, *version).map_err(|e| {
+            Error::unavailable(format!(
+                "ensemble '{ensemble}' is not ready: composing model '{model}' is not: {}",
+                e.message()
+            ))
+        })?;
+        if let Some(nested) = step.composing_models()
+            && depth < MAX_NESTING
+        {
+            check_composing_ready(registry, model, nested, depth + 1)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,248 @@
+//! Runs an ensemble's steps as a DAG: a step starts as soon as every
+//! ensemble tensor it reads exists, so independent steps run at the same
+//! time, each through its composing model's own scheduler (the engine's
+//! [`Composer`]). Tensors pass between steps as shared `Bytes`, never
+//! copied. Dropping the future of [`Pipeline::run`] drops the steps in
+//! flight, which abandons their requests, and starts no more.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use nereid_core::model_config::ModelConfig;
+use nereid_core::{Error, ErrorKind, InferRequest, InferResponse, InputTensor, RequestedOutput};
+use nereid_core::{Parameters, Tensor};
+
+/// The answer of one composing model.
+pub type StepFuture = Pin<Box<dyn Future<Output = Result<InferResponse, Error>> + Send>>;
+
+/// How an ensemble reaches the models it composes: the engine's own
+/// inference, by model name and version, through each model's scheduler.
+pub trait Composer: Send + Sync {
+    fn infer(&self, request: InferRequest) -> StepFuture;
+}
+
+/// One step: the model it runs and which ensemble tensors (by index) it
+/// reads and writes under which of the model's tensor names.
+#[derive(Debug, Clone)]
+struct PlannedStep {
+    model: String,
+    version: Option<i64>,
+    /// (model input name, ensemble tensor)
+    inputs: Vec<(String, usize)>,
+    /// (model output name, ensemble tensor)
+    outputs: Vec<(String, usize)>,
+}
+
+/// An ensemble's steps, ready to run. Built from a config that passed
+/// [`crate::check_config`].
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    name: String,
+    version: i64,
+    tensors: Vec<String>,
+    steps: Vec<PlannedStep>,
+    /// The ensemble's outputs in config order: (name, tensor).
+    outputs: Vec<(String, usize)>,
+}
+
+impl Pipeline {
+    pub fn new(config: &ModelConfig, version: i64) -> Pipeline {
+        let mut index: HashMap<String, usize> = HashMap::new();
+        let mut tensors = Vec::new();
+        let mut id = |name: &str| -> usize {
+            *index.entry(name.to_string()).or_insert_with(|| {
+                tensors.push(name.to_string());
+                tensors.len() - 1
+            })
+        };
+        for input in &config.input {
+            id(&input.name);
+        }
+        let mut steps = Vec::new();
+        for step in crate::validate::steps(config).unwrap_or_default() {
+            let map = |pairs: Vec<(&str, &str)>, id: &mut dyn FnMut(&str) -> usize| {
+                pairs
+                    .into_iter()
+                    .map(|(model_tensor, tensor)| (model_tensor.to_string(), id(tensor)))
+                    .collect()
+            };
+            steps.push(PlannedStep {
+                model: step.model_name.clone(),
+                version: (step.model_version >= 0).then_some(step.model_version),
+                inputs: map(crate::validate::sorted(&step.input_map), &mut id),
+                outputs: map(crate::validate::sorted(&step.output_map), &mut id),
+            });
+        }
+        let outputs = config
+            .output
+            .iter()
+            .map(|o| (o.name.clone(), id(&o.name)))
+            .collect();
+        Pipeline {
+            name: config.name.clone(),
+            version,
+            tensors,
+            steps,
+            outputs,
+        }
+    }
+
+    /// The models the steps run, for readiness.
+    pub fn models(&self) -> impl Iterator<Item = (&str, Option<i64>)> {
+        self.steps.iter().map(|s| (s.model.as_str(), s.version))
+    }
+
+    /// Runs `request` (already validated against the ensemble's config)
+    /// and answers the outputs it asked for, every output when none.
+    pub async fn run(
+        &self,
+        mut request: InferRequest,
+        composer: &dyn Composer,
+    ) -> Result<InferResponse, Error> {
+        let mut values: Vec<Option<Tensor>> = vec![None; self.tensors.len()];
+        for input in std::mem::take(&mut request.inputs) {
+            if let Some(slot) = self.tensors.iter().position(|t| *t == input.name) {
+                values[slot] = Some(Tensor {
+                    name: input.name,
+                    datatype: input.datatype,
+                    shape: input.shape,
+                    data: input.data,
+                });
+            }
+        }
+        let mut started = vec![false; self.steps.len()];
+        let mut running = FuturesUnordered::new();
+        loop {
+            for (i, step) in self.steps.iter().enumerate() {
+                if started[i] || step.inputs.iter().any(|(_, t)| values[*t].is_none()) {
+                    continue;
+                }
+                started[i] = true;
+                let answer = composer.infer(self.step_request(step, &request, &values));
+                running.push(async move { (i, answer.await) });
+            }
+            let Some((i, answer)) = running.next().await else {
+                break;
+            };
+            let step = &self.steps[i];
+            let response = answer.map_err(|e| self.step_failed(step, &e))?;
+            self.store(step, response, &mut values)?;
+        }
+        self.respond(request.id, &request.outputs, &mut values)
+    }
+
+    fn step_request(
+        &self,
+        step: &PlannedStep,
+        request: &InferRequest,
+        values: &[Option<Tensor>],
+    ) -> InferRequest {
+        let inputs = step
+            .inputs
+            .iter()
+            .filter_map(|(name, t)| {
+                let tensor = values[*t].as_ref()?;
+                Some(InputTensor {
+                    name: name.clone(),
+                    datatype: tensor.datatype,
+                    shape: tensor.shape.clone(),
+                    data: tensor.data.clone(),
+                    parameters: Parameters::new(),
+                })
+            })
+            .collect();
+        let outputs = step
+            .outputs
+            .iter()
+            .map(|(name, _)| RequestedOutput {
+                name: name.clone(),
+                parameters: Parameters::new(),
+            })
+            .collect();
+        InferRequest {
+            model_name: step.model.clone(),
+            model_version: step.version,
+            id: request.id.clone(),
+            inputs,
+            outputs,
+            parameters: request.parameters.clone(),
+        }
+    }
+
+    fn store(
+        &self,
+        step: &PlannedStep,
+        response: InferResponse,
+        values: &mut [Option<Tensor>],
+    ) -> Result<(), Error> {
+        let mut produced: HashMap<String, Tensor> = response
+            .outputs
+            .into_iter()
+            .map(|t| (t.name.clone(), t))
+            .collect();
+        for (name, t) in &step.outputs {
+            let Some(mut tensor) = produced.remove(name) else {
+                return Err(Error::internal(format!(
+                    "in ensemble '{}', model '{}' did not produce output '{name}'",
+                    self.name, step.model
+                )));
+            };
+            tensor.name.clone_from(&self.tensors[*t]);
+            values[*t] = Some(tensor);
+        }
+        Ok(())
+    }
+
+    fn respond(
+        &self,
+        id: String,
+        requested: &[RequestedOutput],
+        values: &mut [Option<Tensor>],
+    ) -> Result<InferResponse, Error> {
+        let wanted: Vec<&str> = if requested.is_empty() {
+            self.outputs.iter().map(|(name, _)| name.as_str()).collect()
+        } else {
+            requested.iter().map(|o| o.name.as_str()).collect()
+        };
+        let mut outputs = Vec::with_capacity(wanted.len());
+        for name in wanted {
+            let tensor = self
+                .outputs
+                .iter()
+                .find(|(n, _)| n == name)
+                .and_then(|(_, t)| values[*t].clone());
+            let Some(tensor) = tensor else {
+                return Err(Error::internal(format!(
+                    "in ensemble '{}', no step produced output '{name}'",
+                    self.name
+                )));
+            };
+            outputs.push(tensor);
+        }
+        Ok(InferResponse {
+            model_name: self.name.clone(),
+            model_version: self.version,
+            id,
+            outputs,
+            parameters: Parameters::new(),
+        })
+    }
+
+    /// A step's error, kept of its kind, naming the ensemble and the model.
+    fn step_failed(&self, step: &PlannedStep, error: &Error) -> Error {
+        let message = format!(
+            "in ensemble '{}', step model '{}' failed: {}",
+            self.name,
+            step.model,
+            error.message()
+        );
+        // The ensemble exists: a composing model that does not is its fault.
+        let kind = match error.kind() {
+            ErrorKind::NotFound => ErrorKind::Unavailable,
+            kind => kind,
+        };
+        Error::new(kind, message)
+    }
+}
