@@ -50,6 +50,7 @@ perf-smoke: build
 
 bench: setup-test release
 	benches/run.sh
+	benches/ensemble.sh
 
 fmt:
 	$(CARGO) fmt --all
