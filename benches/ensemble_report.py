@@ -67,6 +67,10 @@ def section(results: Path, requests: str) -> str:
             f"({ens[0]:,.0f} against {slowest[0]:,.0f} infer/s); p50 {over:+,.0f} µs "
             "against the sum of the steps' p50s"
         )
+        # Both steps share the same cores here: an ensemble request costs
+        # the CPU of one request of each, so its ceiling is the harmonic sum.
+        ceiling = 1 / sum(1 / s[0] for s in steps)
+        lines[-1] += f"; {100 * ens[0] / ceiling:.0f}% of the shared-core ceiling ({ceiling:,.0f} infer/s)"
         triton = read(results, "triton", "mlp_pipeline", c)
         if triton is not None:
             lines[-1] += f"; {ens[0] / triton[0]:.1f}x Triton's ensemble throughput"

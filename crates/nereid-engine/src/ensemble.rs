@@ -25,7 +25,7 @@ pub(crate) struct EngineComposer {
 }
 
 impl EngineComposer {
-    pub(crate) fn new(engine: &Engine) -> Arc<dyn Composer> {
+    pub(crate) fn for_engine(engine: &Engine) -> Arc<dyn Composer> {
         Arc::new(EngineComposer {
             inner: Arc::downgrade(&engine.inner),
         })
@@ -127,6 +127,7 @@ impl Engine {
             };
             let dependency = crate::source::Source::repository(entry);
             self.load_composing(&dependency, seen);
+            self.inner.links.lock().pulled_in.insert(model.clone());
             let _ = self.sync_model(dependency, false);
         }
     }
@@ -149,6 +150,86 @@ impl Engine {
             }
         }
         found
+    }
+}
+
+/// Models loaded or unloaded because of ensembles rather than by request.
+#[derive(Debug, Default)]
+pub(crate) struct Links {
+    /// Ensembles unloaded because a model they use was: they load again
+    /// when it does.
+    forced: BTreeSet<String>,
+    /// Models loaded only because an ensemble needed them: unloading that
+    /// ensemble with `unload_dependents` unloads them too.
+    pulled_in: BTreeSet<String>,
+}
+
+impl Links {
+    /// `model` was loaded or unloaded by request: it is nobody's now.
+    pub(crate) fn loaded_explicitly(&mut self, model: &str) {
+        self.forced.remove(model);
+        self.pulled_in.remove(model);
+    }
+}
+
+impl Engine {
+    /// Unloads `name` and, as Triton, every ensemble that uses it; with
+    /// `unload_dependents` also the composing models `name` pulled in that
+    /// no loaded ensemble still uses.
+    pub(crate) fn unload_cascade(&self, name: &str, unload_dependents: bool) {
+        let composing = self.composing_of(name);
+        for dependent in self.dependents(name) {
+            self.unload_now(&dependent);
+            self.inner.links.lock().forced.insert(dependent);
+        }
+        self.unload_now(name);
+        self.inner.links.lock().loaded_explicitly(name);
+        if !unload_dependents {
+            return;
+        }
+        for model in composing {
+            let pulled_in = self.inner.links.lock().pulled_in.contains(&model);
+            if pulled_in && self.dependents(&model).is_empty() {
+                self.unload_cascade(&model, true);
+            }
+        }
+    }
+
+    /// The models the loaded ensemble `name`'s steps use.
+    fn composing_of(&self, name: &str) -> Vec<String> {
+        let registry = self.inner.registry.read();
+        let Ok(loaded) = registry.resolve_own(name, None) else {
+            return Vec::new();
+        };
+        let mut models: Vec<String> = loaded
+            .composing_models()
+            .unwrap_or_default()
+            .iter()
+            .map(|(m, _)| m.clone())
+            .collect();
+        models.dedup();
+        models
+    }
+
+    /// Loads again the ensembles that were unloaded because they use
+    /// `model`, now that it is back.
+    pub(crate) fn reload_forced_dependents(&self, model: &str) {
+        let forced: Vec<String> = self.inner.links.lock().forced.iter().cloned().collect();
+        for ensemble in forced {
+            let uses = self.read_config(&ensemble).is_some_and(|c| {
+                nereid_ensemble::dependencies(&c)
+                    .iter()
+                    .any(|(m, _)| m == model)
+            });
+            if !uses {
+                continue;
+            }
+            self.inner.links.lock().forced.remove(&ensemble);
+            if let Ok(Some(entry)) = self.find_model(&ensemble) {
+                let _ = self.sync_model(crate::source::Source::repository(entry), false);
+                self.reload_forced_dependents(&ensemble);
+            }
+        }
     }
 }
 

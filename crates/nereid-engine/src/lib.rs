@@ -74,6 +74,8 @@ struct Inner {
     /// Poll mode's repository watcher, once started.
     watcher: Mutex<Option<watcher::Watcher>>,
     janitor: memory::Janitor,
+    /// Which models ensembles loaded or unloaded on their own account.
+    links: Mutex<ensemble::Links>,
     started: AtomicBool,
     stopping: AtomicBool,
 }
@@ -109,6 +111,7 @@ impl Engine {
                 locks: Mutex::new(HashMap::new()),
                 watcher: Mutex::new(None),
                 janitor: memory::Janitor::start(),
+                links: Mutex::new(ensemble::Links::default()),
                 started: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
             }),
@@ -187,29 +190,26 @@ impl Engine {
             let source = source::for_request(&name, request, found)?;
             // As Triton: an ensemble's composing models load with it.
             engine.load_composing(&source, &mut vec![name.clone()]);
-            engine.sync_model(source, true)
+            engine.inner.links.lock().loaded_explicitly(&name);
+            engine.sync_model(source, true)?;
+            engine.reload_forced_dependents(&name);
+            Ok(())
         })
         .await
         .map_err(|e| Error::internal(format!("the load task failed: {e}")))?
     }
 
-    /// The repository API's unload. Requests in flight finish first. With
-    /// `unload_dependents`, the ensembles that use the model (directly or
-    /// through other ensembles) are unloaded too.
+    /// The repository API's unload. Requests in flight finish first. As in
+    /// Triton, the ensembles that use the model are unloaded with it (and
+    /// come back when it loads again); with `unload_dependents`, the
+    /// composing models an ensemble pulled in are unloaded with it too.
     pub async fn unload_model(&self, name: &str, unload_dependents: bool) -> Result<(), Error> {
         self.require_explicit()?;
         let engine = self.clone();
         let name = name.to_string();
-        tokio::task::spawn_blocking(move || {
-            if unload_dependents {
-                for dependent in engine.dependents(&name) {
-                    engine.unload_now(&dependent);
-                }
-            }
-            engine.unload_now(&name);
-        })
-        .await
-        .map_err(|e| Error::internal(format!("the unload task failed: {e}")))
+        tokio::task::spawn_blocking(move || engine.unload_cascade(&name, unload_dependents))
+            .await
+            .map_err(|e| Error::internal(format!("the unload task failed: {e}")))
     }
 
     fn require_explicit(&self) -> Result<(), Error> {

@@ -71,7 +71,7 @@ impl Engine {
             .filter(|v| current.versions.get(v).is_none_or(|e| e.loaded.is_none()))
             .collect();
         self.inner.registry.write().mark_loading(&name, &fresh);
-        let composer = crate::ensemble::EngineComposer::new(self);
+        let composer = crate::ensemble::EngineComposer::for_engine(self);
         let results = load_versions(&resolved, &targets, &plan.load, &composer);
         let (entry, retired, errors) = commit(current, &plan, results, &source);
         let replaced = self.inner.registry.write().set(name.clone(), entry);

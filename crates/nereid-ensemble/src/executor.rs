@@ -201,11 +201,14 @@ impl Pipeline {
         requested: &[RequestedOutput],
         values: &mut [Option<Tensor>],
     ) -> Result<InferResponse, Error> {
-        let wanted: Vec<&str> = if requested.is_empty() {
+        let mut wanted: Vec<&str> = if requested.is_empty() {
             self.outputs.iter().map(|(name, _)| name.as_str()).collect()
         } else {
             requested.iter().map(|o| o.name.as_str()).collect()
         };
+        // An output asked for twice is answered once, as Triton does.
+        let mut seen = std::collections::HashSet::new();
+        wanted.retain(|name| seen.insert(*name));
         let mut outputs = Vec::with_capacity(wanted.len());
         for name in wanted {
             let tensor = self
@@ -246,3 +249,7 @@ impl Pipeline {
         Error::new(kind, message)
     }
 }
+
+#[cfg(test)]
+#[path = "executor_tests.rs"]
+mod tests;
