@@ -175,7 +175,10 @@ impl<T: Pending> QueueState<T> {
         }
         let candidate = self.candidate();
         let oldest = candidate.oldest.unwrap_or(now);
-        let delay_over = now >= oldest + self.config.max_queue_delay;
+        // As Triton, a zero delay is never "waited out": such a batch
+        // still goes at its preferred size.
+        let delay = self.config.max_queue_delay;
+        let delay_over = !delay.is_zero() && now >= oldest + delay;
         // As Triton: a batch that reached a preferred size (or cannot grow
         // past the largest one) goes at once, trimmed to it, unless its
         // oldest request already waited out the delay; then everything

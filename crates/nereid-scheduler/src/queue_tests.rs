@@ -354,3 +354,12 @@ async fn a_timeout_passed_before_the_batcher_looks_is_rejected_on_an_idle_model(
     assert_eq!(expired(&step), [1]);
     assert!(step.dispatch.is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn with_no_delay_a_batch_still_goes_at_its_preferred_size() {
+    let mut c = config(8, 0);
+    c.preferred_batch_sizes = vec![1];
+    let mut q = queue(c, [req(1), req(2)]);
+    assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [1]);
+    assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [2]);
+}
