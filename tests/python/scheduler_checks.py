@@ -18,6 +18,21 @@ HOLD_DELAY_US = 60_000_000
 CLIENT_TIMEOUT_S = 20.0
 
 
+def model_head(backend_line: str) -> str:
+    """The part of every checked model's config.pbtxt before its
+    `dynamic_batching` block, `{name}` standing for the model name."""
+    return (
+        'name: "{name}"\n'
+        + backend_line
+        + """
+max_batch_size: 8
+input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 256 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+    )
+
+
 def _dynamic(body: str) -> str:
     return "dynamic_batching {\n" + body + "\n}\n"
 

@@ -11,15 +11,9 @@ import shutil
 import pytest
 
 from conftest import REPO_ROOT, start_server, stop_server
-from scheduler_checks import batching_configs, preferred_sizes_go_at_once, rejection
+from scheduler_checks import batching_configs, model_head, preferred_sizes_go_at_once, rejection
 
-HEAD = """name: "{name}"
-platform: "onnxruntime_onnx"
-max_batch_size: 8
-input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 256 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
-instance_group [ { kind: KIND_CPU count: 1 } ]
-"""
+HEAD = model_head('platform: "onnxruntime_onnx"')
 
 
 @pytest.fixture(scope="module")

@@ -22,19 +22,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
-from scheduler_checks import batching_configs, preferred_sizes_go_at_once, rejection  # noqa: E402
+from scheduler_checks import batching_configs, model_head, preferred_sizes_go_at_once, rejection  # noqa: E402
 
 PORTS = [int(os.environ.get(k, d)) for k, d in
          (("TRITON_HTTP_PORT", 18200), ("TRITON_GRPC_PORT", 18201), ("TRITON_METRICS_PORT", 18202))]
 URL = f"127.0.0.1:{PORTS[0]}"
 
-HEAD = """name: "{name}"
-backend: "python"
-max_batch_size: 8
-input [ { name: "INPUT" data_type: TYPE_FP32 dims: [ 256 ] } ]
-output [ { name: "OUTPUT" data_type: TYPE_FP32 dims: [ 16 ] } ]
-instance_group [ { kind: KIND_CPU count: 1 } ]
-"""
+HEAD = model_head('backend: "python"')
 
 MODEL_PY = '''
 import os, sys
