@@ -112,11 +112,9 @@ impl Engine {
     /// `seen` holds the models already on the way, so a cycle stops here
     /// (the ensemble's own check reports it). Failures show on the models.
     pub(crate) fn load_composing(&self, source: &crate::source::Source, seen: &mut Vec<String>) {
-        let config = match &source.config {
-            Some(config) => Some(config.clone()),
-            None => self.inner.repository.read_model_config(&source.entry).ok(),
+        let Some(config) = self.source_config(source) else {
+            return;
         };
-        let Some(config) = config else { return };
         for (model, _) in nereid_ensemble::dependencies(&config) {
             if seen.contains(&model) || self.inner.registry.read().is_ready(&model, None) {
                 continue;

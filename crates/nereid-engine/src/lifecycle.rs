@@ -184,7 +184,7 @@ impl Engine {
     }
 
     /// The config a source will load, as written.
-    fn source_config(&self, source: &Source) -> Option<ModelConfig> {
+    pub(crate) fn source_config(&self, source: &Source) -> Option<ModelConfig> {
         match &source.config {
             Some(config) => Some(config.clone()),
             None => self.inner.repository.read_model_config(&source.entry).ok(),
