@@ -64,11 +64,7 @@ fn io_spec(outlet: &Outlet, path: &Path) -> Result<IoSpec, BackendError> {
     };
     let (ty, dims) = convert::tensor_type(outlet.dtype()).ok_or_else(unsupported)?;
     let datatype = convert::datatype_of(ty).ok_or_else(unsupported)?;
-    Ok(IoSpec {
-        name: outlet.name().to_string(),
-        datatype,
-        dims,
-    })
+    Ok(IoSpec::new(outlet.name(), datatype, dims))
 }
 
 impl Backend for OnnxBackend {

@@ -25,12 +25,26 @@ pub enum BackendError {
 }
 
 /// One input or output the model file declares. `dims` include the batch
-/// dimension when the model has one; `-1` means dynamic.
+/// dimension when the model has one; `-1` means dynamic. A format that
+/// does not record a tensor's type or shape (TorchScript records only
+/// argument names) leaves them `None`, and autofill leaves them for the
+/// config to give.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IoSpec {
     pub name: String,
-    pub datatype: DataType,
-    pub dims: Shape,
+    pub datatype: Option<DataType>,
+    pub dims: Option<Shape>,
+}
+
+impl IoSpec {
+    /// A tensor whose type and shape the model file declares.
+    pub fn new(name: impl Into<String>, datatype: DataType, dims: Shape) -> Self {
+        IoSpec {
+            name: name.into(),
+            datatype: Some(datatype),
+            dims: Some(dims),
+        }
+    }
 }
 
 /// What a model file says about its inputs and outputs (for autofill).

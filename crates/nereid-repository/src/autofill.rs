@@ -80,11 +80,13 @@ fn complete_max_batch(
     io: &ModelIo,
     default: i32,
 ) -> Result<(), ModelError> {
-    let batchable = io
-        .inputs
-        .iter()
-        .chain(&io.outputs)
-        .all(|spec| spec.dims.first() == Some(&-1));
+    let mut specs = io.inputs.iter().chain(&io.outputs);
+    // A model file that does not record shapes cannot say whether it
+    // batches; the config's `max_batch_size` stands as written.
+    if specs.clone().any(|spec| spec.dims.is_none()) {
+        return Ok(());
+    }
+    let batchable = specs.all(|spec| spec.dims.as_ref().and_then(|d| d.first()) == Some(&-1));
     if !batchable {
         if config.max_batch_size != 0 {
             return Err(ModelError::BatchingUnsupported {
@@ -127,11 +129,24 @@ fn config_dims(model_dims: &[i64], max_batch_size: i32) -> (Vec<i64>, Option<Mod
     }
 }
 
+/// The config's `data_type`, `dims` and `reshape` for what a model file
+/// says of a tensor; what it does not say stays unset.
+fn config_io(spec: &IoSpec, max_batch_size: i32) -> (i32, Vec<i64>, Option<ModelTensorReshape>) {
+    let data_type = spec
+        .datatype
+        .map_or(ConfigDataType::TypeInvalid, |d| d.to_config()) as i32;
+    let (dims, reshape) = spec
+        .dims
+        .as_ref()
+        .map_or((Vec::new(), None), |d| config_dims(d, max_batch_size));
+    (data_type, dims, reshape)
+}
+
 fn new_input(spec: &IoSpec, max_batch_size: i32) -> ModelInput {
-    let (dims, reshape) = config_dims(&spec.dims, max_batch_size);
+    let (data_type, dims, reshape) = config_io(spec, max_batch_size);
     ModelInput {
         name: spec.name.clone(),
-        data_type: spec.datatype.to_config() as i32,
+        data_type,
         dims,
         reshape,
         ..Default::default()
@@ -139,10 +154,10 @@ fn new_input(spec: &IoSpec, max_batch_size: i32) -> ModelInput {
 }
 
 fn new_output(spec: &IoSpec, max_batch_size: i32) -> ModelOutput {
-    let (dims, reshape) = config_dims(&spec.dims, max_batch_size);
+    let (data_type, dims, reshape) = config_io(spec, max_batch_size);
     ModelOutput {
         name: spec.name.clone(),
-        data_type: spec.datatype.to_config() as i32,
+        data_type,
         dims,
         reshape,
         ..Default::default()
@@ -220,11 +235,13 @@ fn complete(
             allowed: specs.iter().map(|s| s.name.clone()).collect(),
         });
     };
-    if missing_type {
-        *fields.data_type = spec.datatype.to_config() as i32;
+    if missing_type && let Some(datatype) = spec.datatype {
+        *fields.data_type = datatype.to_config() as i32;
     }
-    if fields.dims.is_empty() {
-        let (dims, reshape) = config_dims(&spec.dims, max_batch_size);
+    if fields.dims.is_empty()
+        && let Some(model_dims) = &spec.dims
+    {
+        let (dims, reshape) = config_dims(model_dims, max_batch_size);
         *fields.dims = dims;
         if fields.reshape.is_none() {
             *fields.reshape = reshape;
@@ -240,11 +257,7 @@ mod tests {
     use super::*;
 
     fn spec(name: &str, datatype: DataType, dims: &[i64]) -> IoSpec {
-        IoSpec {
-            name: name.into(),
-            datatype,
-            dims: dims.to_vec(),
-        }
+        IoSpec::new(name, datatype, dims.to_vec())
     }
 
     fn batchable() -> ModelIo {

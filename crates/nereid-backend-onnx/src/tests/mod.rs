@@ -105,11 +105,7 @@ pub(super) fn f32_values(data: &[u8]) -> Vec<f32> {
 }
 
 pub(super) fn spec(name: &str, datatype: DataType, dims: &[i64]) -> IoSpec {
-    IoSpec {
-        name: name.into(),
-        datatype,
-        dims: dims.to_vec(),
-    }
+    IoSpec::new(name, datatype, dims.to_vec())
 }
 
 pub(super) fn framed(elements: &[&[u8]]) -> Vec<u8> {

@@ -50,11 +50,7 @@ impl Backend for FakeBackend {
         "model.fake"
     }
     fn inspect(&self, _: &Path) -> Result<ModelIo, BackendError> {
-        let spec = |name: &str| IoSpec {
-            name: name.into(),
-            datatype: DataType::Int32,
-            dims: vec![-1, 2],
-        };
+        let spec = |name: &str| IoSpec::new(name, DataType::Int32, vec![-1, 2]);
         Ok(ModelIo {
             inputs: vec![spec("INPUT0")],
             outputs: vec![spec("OUTPUT0")],

@@ -100,11 +100,7 @@ impl Backend for FakeBackend {
 }
 
 pub fn spec(name: &str, datatype: DataType, dims: &[i64]) -> IoSpec {
-    IoSpec {
-        name: name.into(),
-        datatype,
-        dims: dims.to_vec(),
-    }
+    IoSpec::new(name, datatype, dims.to_vec())
 }
 
 /// The model of Triton's `qa/L0_model_config` ONNX cases: two INT32 [-1,16]
