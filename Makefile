@@ -9,12 +9,23 @@ PYTHON := $(VENV)/bin/python
 ORT_DYLIB_PATH = $(shell scripts/ort-path.sh)
 export ORT_DYLIB_PATH
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
-DEFAULT_REPOSITORY := $(if $(findstring --model-repository,$(ARGS)),,--model-repository model_repository)
+# libtorch 2.13 for the TorchScript backend; scripts/setup-libtorch.sh puts
+# it here (about 1.25 GB, downloaded once and kept).
+LIBTORCH := $(CURDIR)/.tools/libtorch/torch
+export LIBTORCH
+# `make run TORCH=1` builds the TorchScript backend in and also serves
+# model_repository_torch/. Tests always build it.
+TORCH ?=
+RUN_FEATURES := $(if $(TORCH),--features nereid-server/torch,)
+TEST_FEATURES := --features nereid-server/torch
+RUN_REPOSITORIES := --model-repository model_repository $(if $(TORCH),--model-repository model_repository_torch,)
+DEFAULT_REPOSITORY := $(if $(findstring --model-repository,$(ARGS)),,$(RUN_REPOSITORIES))
 
-.PHONY: run test setup setup-test release build models lint fmt unit-test python-test perf-smoke bench clean
+.PHONY: run test setup setup-test setup-torch release build models torch-models lint fmt unit-test python-test perf-smoke bench clean
 
-## Serve model_repository/ on HTTP 8000, gRPC 8001, metrics 8002.
-run: setup release
+## Serve model_repository/ on HTTP 8000, gRPC 8001, metrics 8002
+## (TORCH=1: with TorchScript support, and model_repository_torch/ too).
+run: setup $(if $(TORCH),setup-torch,) release
 	$(TARGET_DIR)/release/nereid $(DEFAULT_REPOSITORY) $(ARGS)
 
 ## Set up what the tests need and run them all.
@@ -23,24 +34,31 @@ test: setup-test lint unit-test python-test perf-smoke
 setup:
 	scripts/setup-python.sh
 
-setup-test: setup
+setup-test: setup setup-torch
 	scripts/setup-perf-analyzer.sh
 
-release:
-	$(CARGO) build --release --bin nereid
+setup-torch:
+	scripts/setup-libtorch.sh >/dev/null
 
-build:
-	$(CARGO) build --bin nereid
+release:
+	$(CARGO) build --release --bin nereid $(RUN_FEATURES)
+
+build: setup-torch
+	$(CARGO) build --bin nereid $(TEST_FEATURES)
 
 models: setup
 	$(PYTHON) scripts/make_models.py
 
-lint:
-	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+## Regenerates the committed TorchScript models (needs the full torch, several GB).
+torch-models: models
+	$$(scripts/setup-torch-python.sh) scripts/make_torch_models.py
 
-unit-test:
-	$(CARGO) test --workspace
+lint: setup-torch
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets $(TEST_FEATURES) -- -D warnings
+
+unit-test: setup-torch
+	$(CARGO) test --workspace $(TEST_FEATURES)
 
 python-test: build
 	NEREID_BIN=$(TARGET_DIR)/debug/nereid $(PYTHON) -m pytest -q tests/python

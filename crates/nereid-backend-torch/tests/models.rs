@@ -2,6 +2,8 @@
 //! (`tests/models_torch/`, made by `scripts/make_torch_models.py`), through
 //! the repository's own resolution, as the engine loads them.
 
+#![expect(clippy::unwrap_used, reason = "test helpers may panic")]
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

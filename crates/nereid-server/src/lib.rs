@@ -6,6 +6,7 @@
 //! Frontends translate wire messages with `nereid-protocol` and call the
 //! engine; they must not know which backend serves a model.
 
+mod backends;
 pub mod cli;
 mod error;
 mod grpc;

@@ -3,12 +3,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backends::backends;
 use anyhow::Context;
-use nereid_backend_onnx::OnnxBackend;
-use nereid_core::Backend;
 use nereid_engine::{Engine, EngineOptions, LoadFailure, ModelControl};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -115,16 +113,6 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         loading: Some(loading),
         exit_on_error: config.exit_on_error,
     })
-}
-
-fn backends(config: &ServerConfig) -> Vec<Arc<dyn Backend>> {
-    match OnnxBackend::new(config.onnxruntime_library.clone()) {
-        Ok(onnx) => vec![Arc::new(onnx)],
-        Err(e) => {
-            tracing::error!(error = %e, "ONNX Runtime is not available; ONNX models will not load");
-            Vec::new()
-        }
-    }
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
