@@ -11,6 +11,8 @@ import csv
 import sys
 from pathlib import Path
 
+from sections import write_section
+
 BEGIN = "<!-- ensemble:begin -->"
 END = "<!-- ensemble:end -->"
 MODELS = ("mlp_pipeline", "preprocess", "mlp")
@@ -79,14 +81,7 @@ def section(results: Path, requests: str) -> str:
 
 def main() -> None:
     results, out, requests = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
-    text = out.read_text() if out.is_file() else ""
-    block = f"{BEGIN}\n{section(results, requests)}{END}"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    out.write_text(text)
+    write_section(out, BEGIN, END, section(results, requests))
 
 
 if __name__ == "__main__":

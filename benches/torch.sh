@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The TorchScript benchmark: the same MLP as ONNX (model_repository/mlp) and
+# as TorchScript (model_repository_torch/mlp_torch), served by one nereid in
+# the same run, with libtorch called in-process (python's torch.jit.load,
+# batch 1 and 64) as the ceiling. Writes the "TorchScript" section of
+# docs/benchmarks.md (benches/torch_report.py).
+#
+#   benches/torch.sh      # needs the full torch (scripts/setup-torch-python.sh)
+#
+# Environment: TORCH_REQUESTS (requests per measurement window, 2000),
+# TORCH_CONCURRENCIES ("1 64"), NEREID_BIN (target/release/nereid, built
+# with --features nereid-server/torch), BENCH_OUT (docs/benchmarks.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+requests=${TORCH_REQUESTS:-2000}
+read -r -a concurrencies <<<"${TORCH_CONCURRENCIES:-1 64}"
+nereid_bin=${NEREID_BIN:-target/release/nereid}
+out=${BENCH_OUT:-docs/benchmarks.md}
+pa=$root/.tools/perf_analyzer/perf_analyzer.sh
+models=(mlp mlp_torch)
+readonly READY_TIMEOUT_S=120 PA_TIMEOUT_S=180 STOP_TIMEOUT_S=20
+BENCH_TAG=torch
+# shellcheck source=benches/lib.sh
+source benches/lib.sh
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/nereid-torch.XXXXXX")
+mkdir -p "$work/results"
+pid=
+cleanup() {
+  local rc=$?
+  stop_server "$pid"
+  rm -rf "$work"
+  exit "$rc"
+}
+trap cleanup EXIT
+
+scripts/setup-python.sh
+scripts/setup-perf-analyzer.sh
+LIBTORCH=$(scripts/setup-libtorch.sh)
+export LIBTORCH
+torch_python=$(scripts/setup-torch-python.sh)
+ORT_DYLIB_PATH=$(scripts/ort-path.sh)
+export ORT_DYLIB_PATH
+cargo build --release --bin nereid --features nereid-server/torch
+
+log "ceiling: torch.jit.load in-process"
+"$torch_python" benches/raw_torch.py model_repository_torch/mlp_torch/1/model.pt \
+  --batches 1,64 --seconds 5 >"$work/results/raw_torch.jsonl"
+cat "$work/results/raw_torch.jsonl" >&2
+
+read -r http grpc metrics <<<"$(free_ports)"
+"$nereid_bin" --model-repository model_repository --model-repository model_repository_torch \
+  --http-port "$http" --grpc-port "$grpc" --metrics-port "$metrics" --http-address 127.0.0.1 \
+  --grpc-address 127.0.0.1 --metrics-address 127.0.0.1 >"$work/nereid.log" 2>&1 &
+pid=$!
+t0=$(now_ms)
+until curl -sf -o /dev/null "http://127.0.0.1:$http/v2/health/ready"; do
+  kill -0 "$pid" 2>/dev/null || { tail -n 30 "$work/nereid.log" >&2; die "nereid exited"; }
+  (($(now_ms) - t0 < READY_TIMEOUT_S * 1000)) || { tail -n 30 "$work/nereid.log" >&2; die "nereid not ready"; }
+  sleep 0.05
+done
+log "nereid ready in $(($(now_ms) - t0)) ms"
+
+for c in "${concurrencies[@]}"; do
+  for model in "${models[@]}"; do
+    name=${model}_c${c}
+    if timeout "$PA_TIMEOUT_S" "$pa" -m "$model" -i grpc -u "127.0.0.1:$grpc" -b 1 \
+      --concurrency-range "$c" --measurement-mode count_windows \
+      --measurement-request-count "$requests" -s 50 -r 5 \
+      -f "$work/results/$name.csv" >"$work/results/$name.log" 2>&1; then
+      log "$name: $(awk -F, 'NR == 2 { printf "%.0f infer/s, p50 %d us", $2, $7 }' "$work/results/$name.csv")"
+    else
+      log "$name: perf_analyzer failed: $(tail -n 2 "$work/results/$name.log" | tr '\n' ' ')"
+      rm -f "$work/results/$name.csv"
+    fi
+  done
+done
+stop_server "$pid"
+pid=
+.venv/bin/python benches/torch_report.py "$work/results" "$out" "$requests"
+log "wrote the TorchScript section of $out"
