@@ -15,6 +15,11 @@ this script. Two repositories:
   conventions, Triton's parameters, models that fail).
 
 Usage: $(scripts/setup-torch-python.sh) scripts/make_torch_models.py
+       $(scripts/setup-torch-python.sh) scripts/make_torch_models.py --mlp-twin ONNX_MODEL_DIR
+
+`--mlp-twin` writes only the TorchScript twin of an ONNX MLP folder made by
+make_models.py (`<dir>_torch` beside it, same weights and config), as
+benches/torch.sh does for the benchmark's `mlp_large` (too big to commit).
 """
 
 from __future__ import annotations
@@ -182,13 +187,23 @@ PARAMETERS = {
 }
 
 
+def write_mlp_twin(onnx_dir: Path, repo: Path, name: str) -> None:
+    """The TorchScript twin of the ONNX MLP in `onnx_dir`: same weights,
+    same batching and instances, inputs and outputs named by index."""
+    weights, biases = onnx_mlp_weights(onnx_dir / "1" / "model.onnx")
+    sizes = [weights[0].shape[0], weights[-1].shape[1]]
+    onnx_config = (onnx_dir / "config.pbtxt").read_text()
+    extra = DYNAMIC
+    if "instance_group" in onnx_config:
+        extra += onnx_config[onnx_config.index("instance_group"):]
+    write(repo, name, Mlp(weights, biases), [("INPUT__0", "TYPE_FP32", [sizes[0]])],
+          [("OUTPUT__0", "TYPE_FP32", [sizes[1]])], max_batch_size=64, extra=extra,
+          example=torch.zeros(1, sizes[0]))
+
+
 def write_examples(root: Path) -> None:
     repo = root / "model_repository_torch"
-    weights, biases = onnx_mlp_weights(root / "model_repository" / "mlp" / "1" / "model.onnx")
-    sizes = [weights[0].shape[0], weights[-1].shape[1]]
-    write(repo, "mlp_torch", Mlp(weights, biases), [("INPUT__0", "TYPE_FP32", [sizes[0]])],
-          [("OUTPUT__0", "TYPE_FP32", [sizes[1]])], max_batch_size=64, extra=DYNAMIC,
-          example=torch.zeros(1, sizes[0]))
+    write_mlp_twin(root / "model_repository" / "mlp", repo, "mlp_torch")
     write(repo, "add_sub_torch", AddSub(), [("INPUT0", "TYPE_INT32", [16]), ("INPUT1", "TYPE_INT32", [16])],
           [("OUTPUT__0", "TYPE_INT32", [16]), ("OUTPUT__1", "TYPE_INT32", [16])], max_batch_size=8)
 
@@ -232,7 +247,13 @@ def write_tests(root: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
+    parser.add_argument("--mlp-twin", type=Path, metavar="ONNX_MODEL_DIR",
+                        help="write only the TorchScript twin of this ONNX MLP folder, beside it")
     args = parser.parse_args()
+    if args.mlp_twin:
+        folder = args.mlp_twin.resolve()
+        write_mlp_twin(folder, folder.parent, folder.name + "_torch")
+        return
     torch.manual_seed(0)
     write_examples(args.root)
     write_tests(args.root)

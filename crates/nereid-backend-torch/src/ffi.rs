@@ -323,7 +323,9 @@ impl Outputs {
     /// Output `i` (below `len()`): a tensor moved to the CPU and made
     /// contiguous, or the bytes of each string, borrowed from `self`.
     pub(crate) fn get(&self, i: usize) -> Result<Output<'_>, String> {
-        assert!(i < self.len(), "output index {i} out of range");
+        if i >= self.len() {
+            return Err(format!("forward() returned {} outputs, none at index {i}", self.len()));
+        }
         let raw = self.raw.as_ptr();
         // SAFETY: `i` is in range for this live handle.
         if unsafe { ntm_output_kind(raw, i) } == 0 {
