@@ -25,6 +25,7 @@ benches/torch.sh does for the benchmark's `mlp_large` (too big to commit).
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -194,8 +195,9 @@ def write_mlp_twin(onnx_dir: Path, repo: Path, name: str) -> None:
     sizes = [weights[0].shape[0], weights[-1].shape[1]]
     onnx_config = (onnx_dir / "config.pbtxt").read_text()
     extra = DYNAMIC
-    if "instance_group" in onnx_config:
-        extra += onnx_config[onnx_config.index("instance_group"):]
+    group = re.search(r"^instance_group \[.*?^\]\n", onnx_config, re.MULTILINE | re.DOTALL)
+    if group:
+        extra += group.group(0)
     write(repo, name, Mlp(weights, biases), [("INPUT__0", "TYPE_FP32", [sizes[0]])],
           [("OUTPUT__0", "TYPE_FP32", [sizes[1]])], max_batch_size=64, extra=extra,
           example=torch.zeros(1, sizes[0]))
