@@ -37,7 +37,7 @@ setup:
 setup-test: setup setup-torch
 	scripts/setup-perf-analyzer.sh
 
-setup-torch:
+setup-torch: setup
 	scripts/setup-libtorch.sh >/dev/null
 
 release:

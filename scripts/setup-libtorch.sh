@@ -11,7 +11,10 @@ cd "$(dirname "$0")/.."
 dest=.tools/libtorch
 stamp=$dest/.stamp-torch-2.13.0
 if [ ! -f "$stamp" ]; then
-    python3 -m pip install -q --no-deps --target "$dest" \
+    # The project's venv has a pip; a bare system python3 may not.
+    scripts/setup-python.sh >&2
+    rm -rf "$dest"
+    .venv/bin/pip install -q --no-deps --target "$dest" \
         torch==2.13.0 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85 >&2
     touch "$stamp"
 fi

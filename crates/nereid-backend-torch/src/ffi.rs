@@ -324,7 +324,10 @@ impl Outputs {
     /// contiguous, or the bytes of each string, borrowed from `self`.
     pub(crate) fn get(&self, i: usize) -> Result<Output<'_>, String> {
         if i >= self.len() {
-            return Err(format!("forward() returned {} outputs, none at index {i}", self.len()));
+            return Err(format!(
+                "forward() returned {} outputs, none at index {i}",
+                self.len()
+            ));
         }
         let raw = self.raw.as_ptr();
         // SAFETY: `i` is in range for this live handle.
