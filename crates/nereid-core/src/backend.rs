@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use crate::model_config::ModelConfig;
-use crate::{DataType, Shape, Tensor};
+use crate::{DataType, InferRequest, Shape, Tensor};
 
 /// Why a backend could not load or run a model.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -107,4 +107,32 @@ pub trait ModelInstance: Send {
     /// Runs one batch and returns the requested outputs, batch dimension
     /// first when the model batches.
     fn execute(&mut self, batch: &Batch) -> Result<Vec<Tensor>, BackendError>;
+
+    /// The instance's request-wise side, when it takes a batch as the
+    /// requests that make it up rather than gathered into one [`Batch`]
+    /// (Triton's Python backend hands `execute(requests)` a list). `None`,
+    /// the default, means batches go through [`ModelInstance::execute`].
+    fn as_request_wise(&mut self) -> Option<&mut dyn RequestWise> {
+        None
+    }
+}
+
+/// One request of a batch, as a request-wise instance receives it.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchRequest<'a> {
+    pub request: &'a InferRequest,
+    /// The outputs to return, in the order the client asked (every output
+    /// of the model when it named none).
+    pub outputs: &'a [String],
+}
+
+/// An instance that runs a batch request by request and answers each on
+/// its own, so one request's error does not fail the others.
+pub trait RequestWise {
+    /// Runs `requests` as one execution; returns one result per request,
+    /// in order, each holding at least the outputs that request asked for.
+    fn execute_requests(
+        &mut self,
+        requests: &[BatchRequest<'_>],
+    ) -> Vec<Result<Vec<Tensor>, BackendError>>;
 }

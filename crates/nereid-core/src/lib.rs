@@ -14,7 +14,8 @@ pub mod request;
 pub mod tensor;
 
 pub use backend::{
-    Backend, BackendError, Batch, Device, IoSpec, ModelInstance, ModelIo, ModelSource,
+    Backend, BackendError, Batch, BatchRequest, Device, IoSpec, ModelInstance, ModelIo,
+    ModelSource, RequestWise,
 };
 pub use datatype::DataType;
 pub use error::{Error, ErrorKind};

@@ -95,7 +95,7 @@ pub fn scatter(
 }
 
 /// Orders a single request's outputs as it asked, checking none is missing.
-fn pick(names: &[String], mut outputs: Vec<Tensor>) -> Result<Vec<Tensor>, Error> {
+pub fn pick(names: &[String], mut outputs: Vec<Tensor>) -> Result<Vec<Tensor>, Error> {
     names
         .iter()
         .map(|name| {

@@ -8,10 +8,13 @@ use std::thread;
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
-use nereid_core::{Backend, Error, InferResponse, ModelInstance, ModelSource, Parameters};
-use nereid_scheduler::{Dispatch, Pending};
+use nereid_core::{
+    Backend, BackendError, BatchRequest, Error, InferResponse, ModelInstance, ModelSource,
+    Parameters, RequestWise,
+};
+use nereid_scheduler::{Dispatch, Pending, SlotPermit};
 
-use crate::batch::{gather, scatter};
+use crate::batch::{gather, pick, scatter};
 use crate::scheduler::job::Job;
 use crate::stats::{ComputeTimes, ModelStats};
 use crate::validate::ValidatedRequest;
@@ -95,6 +98,9 @@ fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, dispatch: Di
     if jobs.is_empty() {
         return;
     }
+    if let Some(request_wise) = instance.as_request_wise() {
+        return run_requests(request_wise, ctx, jobs, permit);
+    }
     let started = Instant::now();
     let requests: Vec<&ValidatedRequest> = jobs.iter().map(|j| &j.request).collect();
     let batch = gather(&requests, ctx.batching);
@@ -136,6 +142,70 @@ fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, dispatch: Di
             for job in jobs {
                 ctx.stats.record_failure(job.enqueued.elapsed());
                 job.answer(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// Runs a batch on a request-wise instance: each request gets its own
+/// answer, so one failing request leaves the others theirs.
+fn run_requests(
+    instance: &mut dyn RequestWise,
+    ctx: &WorkerContext,
+    jobs: Vec<Job>,
+    permit: Option<SlotPermit>,
+) {
+    let started = Instant::now();
+    let requests: Vec<BatchRequest<'_>> = jobs
+        .iter()
+        .map(|j| BatchRequest {
+            request: &j.request.request,
+            outputs: &j.request.outputs,
+        })
+        .collect();
+    let mut results = instance.execute_requests(&requests);
+    drop(requests);
+    drop(permit);
+    let executed = Instant::now();
+    if results.len() != jobs.len() {
+        let e = Error::internal(format!(
+            "model '{}' answered {} of {} requests",
+            ctx.model_name,
+            results.len(),
+            jobs.len()
+        ));
+        results = jobs
+            .iter()
+            .map(|_| Err(BackendError::Execute(e.to_string())))
+            .collect();
+    }
+    let times = ComputeTimes {
+        input: std::time::Duration::ZERO,
+        infer: executed - started,
+        output: executed.elapsed(),
+    };
+    let inferences = jobs.iter().map(|j| j.request.batch_size).sum();
+    ctx.stats.record_execution(inferences, times);
+    for (job, result) in jobs.into_iter().zip(results) {
+        let outputs = result
+            .map_err(|e| Error::internal(e.to_string()))
+            .and_then(|outputs| pick(&job.request.outputs, outputs));
+        match outputs {
+            Ok(outputs) => {
+                ctx.stats
+                    .record_success(job.enqueued.elapsed(), started - job.enqueued, times);
+                let response = InferResponse {
+                    model_name: ctx.model_name.clone(),
+                    model_version: ctx.version,
+                    id: job.request.request.id.clone(),
+                    outputs,
+                    parameters: Parameters::new(),
+                };
+                job.answer(Ok(response));
+            }
+            Err(e) => {
+                ctx.stats.record_failure(job.enqueued.elapsed());
+                job.answer(Err(e));
             }
         }
     }

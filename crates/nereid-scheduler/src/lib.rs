@@ -12,7 +12,7 @@ mod ordering;
 mod policy;
 mod queue;
 
-pub use batcher::{BatcherHandle, Dispatch, spawn};
+pub use batcher::{BatcherHandle, Dispatch, SlotPermit, spawn};
 pub use ordering::{OrderTicket, ResponseOrder};
 pub use policy::{BatcherConfig, ConfigError, LevelPolicy, TimeoutAction};
 pub use queue::{QueueState, Step};

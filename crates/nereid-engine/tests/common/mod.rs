@@ -2,7 +2,9 @@
 //! models and requests. Words in a model file: `broken` fails the load,
 //! `gate` makes each execution wait for the shared gate, `offset N` adds N
 //! to every element (so a swapped model answers differently), `slow`
-//! makes the load take 200 ms.
+//! makes the load take 200 ms, `requestwise` makes the instance take
+//! batches request by request (failing a request whose first value is
+//! negative, and counting its executions in `Controls::request_wise_calls`).
 
 #![allow(dead_code, reason = "each test binary uses part of the helpers")]
 
@@ -14,8 +16,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use nereid_core::backend::IoSpec;
 use nereid_core::{
-    Backend, BackendError, Batch, DataType, InferRequest, InputTensor, ModelInstance, ModelIo,
-    ModelSource, Parameters, Tensor,
+    Backend, BackendError, Batch, BatchRequest, DataType, InferRequest, InputTensor, ModelInstance,
+    ModelIo, ModelSource, Parameters, RequestWise, Tensor,
 };
 
 pub struct FakeBackend {
@@ -23,9 +25,12 @@ pub struct FakeBackend {
     pub started: crossbeam_channel::Sender<()>,
     /// Instances alive now: loaded and not yet dropped.
     pub live: Arc<AtomicUsize>,
+    /// (executions, requests) seen by request-wise instances.
+    pub request_wise_calls: Arc<parking_lot::Mutex<Vec<usize>>>,
 }
 
 struct FakeInstance {
+    request_wise: Option<Arc<parking_lot::Mutex<Vec<usize>>>>,
     gated: bool,
     offset: i32,
     gate: crossbeam_channel::Receiver<()>,
@@ -73,6 +78,9 @@ impl Backend for FakeBackend {
             .unwrap_or(0);
         self.live.fetch_add(1, Ordering::SeqCst);
         Ok(Box::new(FakeInstance {
+            request_wise: text
+                .contains("requestwise")
+                .then(|| Arc::clone(&self.request_wise_calls)),
             gated: text.contains("gate"),
             offset,
             gate: self.gate.clone(),
@@ -83,6 +91,14 @@ impl Backend for FakeBackend {
 }
 
 impl ModelInstance for FakeInstance {
+    fn as_request_wise(&mut self) -> Option<&mut dyn RequestWise> {
+        if self.request_wise.is_some() {
+            Some(self)
+        } else {
+            None
+        }
+    }
+
     fn execute(&mut self, batch: &Batch) -> Result<Vec<Tensor>, BackendError> {
         if self.gated {
             let _ = self.started.send(());
@@ -105,21 +121,63 @@ impl ModelInstance for FakeInstance {
     }
 }
 
+impl RequestWise for FakeInstance {
+    fn execute_requests(
+        &mut self,
+        requests: &[BatchRequest<'_>],
+    ) -> Vec<Result<Vec<Tensor>, BackendError>> {
+        if let Some(calls) = &self.request_wise {
+            calls.lock().push(requests.len());
+        }
+        requests
+            .iter()
+            .map(|r| {
+                let input = &r.request.inputs[0];
+                let first = i32::from_le_bytes([
+                    input.data[0],
+                    input.data[1],
+                    input.data[2],
+                    input.data[3],
+                ]);
+                if first < 0 {
+                    return Err(BackendError::Execute(format!(
+                        "request '{}' is negative",
+                        r.request.id
+                    )));
+                }
+                let batch = Batch {
+                    inputs: vec![Tensor {
+                        name: input.name.clone(),
+                        datatype: input.datatype,
+                        shape: input.shape.clone(),
+                        data: input.data.clone(),
+                    }],
+                    outputs: r.outputs.to_vec(),
+                };
+                self.execute(&batch)
+            })
+            .collect()
+    }
+}
+
 /// The gate's handles and the live-instance counter.
 pub struct Controls {
     pub release: crossbeam_channel::Sender<()>,
     pub started: crossbeam_channel::Receiver<()>,
     pub live: Arc<AtomicUsize>,
+    pub request_wise_calls: Arc<parking_lot::Mutex<Vec<usize>>>,
 }
 
 pub fn backend() -> (FakeBackend, Controls) {
     let (release, gate) = crossbeam_channel::unbounded();
     let (started_tx, started) = crossbeam_channel::unbounded();
     let live = Arc::new(AtomicUsize::new(0));
+    let request_wise_calls = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let backend = FakeBackend {
         gate,
         started: started_tx,
         live: Arc::clone(&live),
+        request_wise_calls: Arc::clone(&request_wise_calls),
     };
     (
         backend,
@@ -127,6 +185,7 @@ pub fn backend() -> (FakeBackend, Controls) {
             release,
             started,
             live,
+            request_wise_calls,
         },
     )
 }
