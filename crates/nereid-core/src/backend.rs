@@ -98,6 +98,19 @@ pub trait Backend: Send + Sync {
     /// Reads the model's declared inputs and outputs.
     fn inspect(&self, model_path: &std::path::Path) -> Result<ModelIo, BackendError>;
 
+    /// A backend whose models complete their own config (Triton's Python
+    /// backend calls `TritonPythonModel.auto_complete_config`) returns the
+    /// completed config here; `None`, the default, means autofill from
+    /// [`Backend::inspect`]. Called when configs may be completed
+    /// (`--strict-model-config=false`), before defaults and validation.
+    fn auto_complete(
+        &self,
+        _config: &ModelConfig,
+        _model_path: &std::path::Path,
+    ) -> Option<Result<ModelConfig, BackendError>> {
+        None
+    }
+
     /// Creates one instance, ready to execute.
     fn load(&self, source: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError>;
 }

@@ -176,8 +176,8 @@ impl Repository {
             None
         } else {
             let backend = resolve_backend(&mut config, &entry.path, &on_disk, backends)?;
-            if !self.strict && autofill::needs_model_io(&config) {
-                self.autofill(&mut config, &entry.path, &on_disk, backend.as_ref())?;
+            if !self.strict {
+                self.complete(&mut config, &entry.path, &on_disk, backend.as_ref())?;
             }
             Some(backend)
         };
@@ -212,15 +212,47 @@ impl Repository {
         }
     }
 
-    /// Completes `config` from the model file of the newest version the
-    /// (possibly defaulted) version policy selects.
-    fn autofill(
+    /// Completes `config`: by the model itself where the backend lets it
+    /// (`Backend::auto_complete`), else from what the model file declares
+    /// when the config lacks inputs or outputs. Both read the newest
+    /// version the (possibly defaulted) version policy selects.
+    fn complete(
         &self,
         config: &mut ModelConfig,
         model_dir: &Path,
         on_disk: &BTreeSet<i64>,
         backend: &dyn Backend,
     ) -> Result<(), ModelError> {
+        let completes_itself = || {
+            let path = self.newest_model_path(config, model_dir, on_disk)?;
+            match backend.auto_complete(config, &path) {
+                None => Ok(None),
+                Some(result) => result
+                    .map(Some)
+                    .map_err(|source| ModelError::Inspect { path, source }),
+            }
+        };
+        if let Some(completed) = completes_itself()? {
+            *config = completed;
+            return Ok(());
+        }
+        if !autofill::needs_model_io(config) {
+            return Ok(());
+        }
+        let path = self.newest_model_path(config, model_dir, on_disk)?;
+        let io = backend
+            .inspect(&path)
+            .map_err(|source| ModelError::Inspect { path, source })?;
+        autofill::autofill(config, &io, self.default_max_batch_size)
+    }
+
+    /// The model file of the newest version `config`'s policy selects.
+    fn newest_model_path(
+        &self,
+        config: &ModelConfig,
+        model_dir: &Path,
+        on_disk: &BTreeSet<i64>,
+    ) -> Result<PathBuf, ModelError> {
         let policy = config
             .version_policy
             .clone()
@@ -231,11 +263,11 @@ impl Repository {
                 model: config.name.clone(),
             });
         };
-        let path = model_path(model_dir, newest, &config.default_model_filename);
-        let io = backend
-            .inspect(&path)
-            .map_err(|source| ModelError::Inspect { path, source })?;
-        autofill::autofill(config, &io, self.default_max_batch_size)
+        Ok(model_path(
+            model_dir,
+            newest,
+            &config.default_model_filename,
+        ))
     }
 
     fn version_paths(

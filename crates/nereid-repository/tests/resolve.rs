@@ -405,3 +405,96 @@ fn parse_errors_name_the_file() {
         "{err}"
     );
 }
+
+/// A backend whose models complete their own config, as Triton's Python
+/// backend does: it sets `max_batch_size` and adds one input and output,
+/// or refuses a model file that says "refuse".
+struct SelfCompleting;
+
+impl Backend for SelfCompleting {
+    fn name(&self) -> &'static str {
+        "python"
+    }
+    fn platform(&self) -> &'static str {
+        ""
+    }
+    fn default_model_filename(&self) -> &'static str {
+        "model.py"
+    }
+    fn inspect(&self, _: &std::path::Path) -> Result<ModelIo, nereid_core::BackendError> {
+        panic!("a self-completing backend is never inspected")
+    }
+    fn auto_complete(
+        &self,
+        config: &nereid_core::model_config::ModelConfig,
+        model_path: &std::path::Path,
+    ) -> Option<Result<nereid_core::model_config::ModelConfig, nereid_core::BackendError>> {
+        use nereid_core::model_config::{DataType as T, ModelInput, ModelOutput};
+        if std::fs::read_to_string(model_path)
+            .unwrap()
+            .contains("refuse")
+        {
+            return Some(Err(nereid_core::BackendError::Load(
+                "auto_complete_config raised".into(),
+            )));
+        }
+        let mut config = config.clone();
+        config.max_batch_size = 8;
+        config.input.push(ModelInput {
+            name: "IN".into(),
+            data_type: T::TypeFp32 as i32,
+            dims: vec![4],
+            ..Default::default()
+        });
+        config.output.push(ModelOutput {
+            name: "OUT".into(),
+            data_type: T::TypeFp32 as i32,
+            dims: vec![4],
+            ..Default::default()
+        });
+        Some(Ok(config))
+    }
+    fn load(
+        &self,
+        _: &nereid_core::ModelSource,
+    ) -> Result<Box<dyn nereid_core::ModelInstance>, nereid_core::BackendError> {
+        Err(nereid_core::BackendError::Unsupported(
+            "fake backend".into(),
+        ))
+    }
+}
+
+#[test]
+fn a_backend_may_let_its_models_complete_their_config() {
+    let root = tempfile::tempdir().unwrap();
+    write_tree(
+        root.path(),
+        &[
+            ("py/config.pbtxt", "backend: \"python\""),
+            ("py/1/model.py", "fine"),
+            ("no/config.pbtxt", "backend: \"python\""),
+            ("no/1/model.py", "refuse"),
+        ],
+    );
+    let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(SelfCompleting)];
+    let repo = Repository::new(vec![root.path().to_path_buf()], false);
+    let model = repo.resolve(&entry(root.path(), "py"), &backends).unwrap();
+    assert_eq!(model.config.max_batch_size, 8);
+    assert_eq!(model.config.input[0].name, "IN");
+    let err = repo
+        .resolve(&entry(root.path(), "no"), &backends)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("auto_complete_config raised"),
+        "{err}"
+    );
+    let strict = Repository::new(vec![root.path().to_path_buf()], true);
+    let model = strict
+        .resolve(&entry(root.path(), "py"), &backends)
+        .unwrap();
+    assert_eq!(
+        (model.config.max_batch_size, model.config.input.len()),
+        (0, 0),
+        "strict: nothing is completed"
+    );
+}

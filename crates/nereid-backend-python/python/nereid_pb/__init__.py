@@ -1,0 +1,17 @@
+"""Implementation of Nereid's `triton_python_backend_utils` module.
+
+User models import `triton_python_backend_utils` (next to this package), which
+re-exports the public names defined here. The split keeps every file small:
+
+- `errors`: TritonError, TritonModelException and the "not supported yet"
+  errors for Triton calls Nereid cannot honour.
+- `dtypes`: Triton data-type numbers, wire names, numpy mappings and the BYTES
+  element framing.
+- `tensor` and `dlpack`: pb_utils.Tensor and its DLPack interchange.
+- `inference`: InferenceRequest / InferenceResponse (and BLS).
+- `model_config`: ModelConfig for `auto_complete_config`.
+- `logger`: pb_utils.Logger.
+- `runtime`: the worker-side state those objects reach (BLS calls in flight,
+  cancellation flags, the frame channel); absent outside a worker.
+- `shm` and `wire`: shared-memory files, frames and tensor descriptors.
+"""

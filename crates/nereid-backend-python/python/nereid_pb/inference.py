@@ -1,0 +1,306 @@
+"""pb_utils.InferenceRequest and pb_utils.InferenceResponse.
+
+An InferenceRequest is either one the server handed to `execute` (built by
+the worker) or one a model builds to call another model (BLS) with `exec()`
+or `await async_exec()`. Names, arguments, defaults and messages follow
+Triton's pybind11 definitions; what Nereid cannot do yet (decoupled models,
+request rescheduling, GPU memory) raises a TritonModelException saying so.
+"""
+
+import asyncio
+import enum
+import json
+import threading
+
+from . import runtime
+from .errors import TritonError, TritonModelException, not_supported
+from .tensor import Tensor
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+
+_REQUIRED = object()
+
+
+class MemoryType(enum.IntEnum):
+    """Where a BLS caller prefers its outputs (Triton's PreferredMemory kinds)."""
+
+    TRITONSERVER_MEMORY_GPU = 0
+    TRITONSERVER_MEMORY_CPU = 1
+
+
+TRITONSERVER_MEMORY_GPU = MemoryType.TRITONSERVER_MEMORY_GPU
+TRITONSERVER_MEMORY_CPU = MemoryType.TRITONSERVER_MEMORY_CPU
+
+
+class PreferredMemory:
+    """`PreferredMemory(preferred_memory_type, preferred_device_id=0)`; only
+    CPU memory is available in Nereid."""
+
+    def __init__(self, preferred_memory_type, preferred_device_id=0):
+        if MemoryType(preferred_memory_type) != TRITONSERVER_MEMORY_CPU:
+            raise not_supported("PreferredMemory(TRITONSERVER_MEMORY_GPU)", "GPU memory")
+        self.preferred_memory_type = MemoryType(preferred_memory_type)
+        self.preferred_device_id = preferred_device_id
+
+
+class InferenceTrace:
+    """A request's trace; Nereid does not pass trace contexts to models."""
+
+    def get_context(self):
+        return None
+
+
+def parameters_json(parameters):
+    """Validate request/response parameters as Triton does (str keys; bool,
+    int or str values) and return them as JSON text."""
+    if parameters is None:
+        parameters = {}
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key)}"
+            )
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}"
+            )
+    return json.dumps(parameters)
+
+
+def _tensor_list(tensors, what, empty_message):
+    if isinstance(tensors, (str, bytes)) or not hasattr(tensors, "__iter__"):
+        raise TypeError(f"{what} must be a list of pb_utils.Tensor, found type '{type(tensors)}'")
+    tensors = list(tensors)
+    for tensor in tensors:
+        if tensor is None:
+            raise TritonModelException(empty_message)
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"{what} must hold pb_utils.Tensor objects, found type '{type(tensor)}'")
+    return tensors
+
+
+class InferenceRequest:
+    """`InferenceRequest(request_id="", correlation_id=0, inputs,
+    requested_output_names, model_name, model_version=-1, flags=0, timeout=0,
+    preferred_memory=..., trace=..., parameters=None)`."""
+
+    def __init__(
+        self,
+        request_id="",
+        correlation_id=0,
+        inputs=_REQUIRED,
+        requested_output_names=_REQUIRED,
+        model_name=_REQUIRED,
+        model_version=-1,
+        flags=0,
+        timeout=0,
+        preferred_memory=None,
+        trace=None,
+        parameters=None,
+    ):
+        for name, value in (
+            ("inputs", inputs),
+            ("requested_output_names", requested_output_names),
+            ("model_name", model_name),
+        ):
+            if value is _REQUIRED:
+                raise TypeError(f"InferenceRequest() missing required argument '{name}'")
+        if not isinstance(request_id, str) or not isinstance(model_name, str):
+            raise TypeError("InferenceRequest request_id and model_name must be str")
+        if isinstance(correlation_id, bool) or not isinstance(correlation_id, (int, str)) or (
+            isinstance(correlation_id, int) and correlation_id < 0
+        ):
+            raise TritonModelException("Correlation ID must be integer or string")
+        names = list(requested_output_names)
+        if not all(isinstance(name, str) for name in names):
+            raise TypeError("requested_output_names must be a list of str")
+        where = f"for request with id '{request_id}' and model name '{model_name}'"
+        if "" in names:
+            raise TritonModelException(f"Requested output name {where} should not be empty.")
+        if preferred_memory is not None and not isinstance(preferred_memory, PreferredMemory):
+            raise TypeError("preferred_memory must be a pb_utils.PreferredMemory")
+        self._inputs = _tensor_list(
+            inputs, "inputs", f"Input tensor {where} should not be empty."
+        )
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._requested_output_names = set(names)
+        self._model_name = model_name
+        self._model_version = int(model_version)
+        self._flags = int(flags)
+        self._timeout = int(timeout)
+        self._trace = trace if trace is not None else InferenceTrace()
+        self._parameters = parameters_json(parameters)
+        self._cancel_flag = None
+
+    @classmethod
+    def _from_server(cls, inputs, request_id, correlation_id, flags, timeout, parameters,
+                     requested_output_names, cancel_flag):
+        """A request the server sent in an `execute` frame."""
+        request = cls.__new__(cls)
+        request._inputs = inputs
+        request._request_id = request_id
+        request._correlation_id = correlation_id
+        request._requested_output_names = set(requested_output_names)
+        request._model_name = ""
+        request._model_version = -1
+        request._flags = flags
+        request._timeout = timeout
+        request._trace = InferenceTrace()
+        request._parameters = json.dumps(parameters)
+        request._cancel_flag = cancel_flag
+        return request
+
+    def inputs(self):
+        """The input Tensors."""
+        return self._inputs
+
+    def request_id(self):
+        """The request ID ("" when the client gave none)."""
+        return self._request_id
+
+    def correlation_id(self):
+        """The sequence correlation ID, an int or a str (0 when none)."""
+        return self._correlation_id
+
+    def flags(self):
+        """TRITONSERVER_REQUEST_FLAG_* bits."""
+        return self._flags
+
+    def set_flags(self, flags):
+        self._flags = int(flags)
+
+    def timeout(self):
+        """The request timeout in microseconds (0: none)."""
+        return self._timeout
+
+    def parameters(self):
+        """The request parameters as a JSON string (as Triton returns them)."""
+        return self._parameters
+
+    def trace(self):
+        return self._trace
+
+    def requested_output_names(self):
+        """The names of the outputs to return, as a set (Triton returns a
+        set too); outputs not named here are dropped from the response."""
+        return self._requested_output_names
+
+    def is_cancelled(self):
+        """Whether the server cancelled this request (a client gave up)."""
+        return self._cancel_flag is not None and self._cancel_flag.cancelled
+
+    def get_response_sender(self):
+        raise TritonModelException(
+            "'get_response_sender' function must be called only when the model is "
+            "using the decoupled transaction policy. Nereid's Python backend does "
+            "not support decoupled models yet."
+        )
+
+    def set_release_flags(self, flags):
+        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            raise not_supported(
+                "InferenceRequest.set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)",
+                "request rescheduling",
+            )
+
+    def _bls_fields(self, input_descriptors):
+        """The `request` object of a `bls` frame."""
+        return {
+            "model_name": self._model_name,
+            "model_version": self._model_version,
+            "requested_output_names": sorted(self._requested_output_names),
+            "inputs": input_descriptors,
+            "request_id": self._request_id,
+            "correlation_id": self._correlation_id,
+            "flags": self._flags,
+            "timeout": self._timeout,
+            "parameters": json.loads(self._parameters),
+        }
+
+    def _bls_runtime(self, decoupled):
+        if decoupled:
+            raise not_supported("InferenceRequest.exec(decoupled=True)", "decoupled models")
+        current = runtime.current()
+        if current is None or not current.initialized or current.finalizing:
+            raise TritonModelException("BLS is only supported during the 'execute' function.")
+        return current
+
+    def exec(self, decoupled=False):
+        """Run this request on `model_name` and wait for its response. Model
+        errors come back in the response (`has_error()`), never raised."""
+        current = self._bls_runtime(decoupled)
+        done = threading.Event()
+        result = []
+
+        def deliver(outputs, error, parameters):
+            result.append(InferenceResponse._from_parts(outputs, error, parameters))
+            done.set()
+
+        current.start_bls(self, deliver)
+        done.wait()
+        return result[0]
+
+    def async_exec(self, decoupled=False):
+        """Like `exec`, but returns an awaitable; needs a running event loop
+        (an `async def execute`). Several calls may be in flight at once."""
+        current = self._bls_runtime(decoupled)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def settle(response):
+            if not future.done():
+                future.set_result(response)
+
+        def deliver(outputs, error, parameters):
+            response = InferenceResponse._from_parts(outputs, error, parameters)
+            loop.call_soon_threadsafe(settle, response)
+
+        current.start_bls(self, deliver)
+        return future
+
+
+class InferenceResponse:
+    """`InferenceResponse(output_tensors=[], error=None, parameters=None)`;
+    `output_tensors()`, `has_error()`, `error()`, `parameters()`."""
+
+    def __init__(self, output_tensors=None, error=None, parameters=None):
+        if error is not None and not isinstance(error, TritonError):
+            raise TypeError(f"error must be a pb_utils.TritonError, found type '{type(error)}'")
+        self._output_tensors = _tensor_list(
+            [] if output_tensors is None else output_tensors,
+            "output_tensors",
+            "Output tensor for inference response should not be empty.",
+        )
+        self._error = error
+        self._parameters = parameters_json(parameters)
+
+    @classmethod
+    def _from_parts(cls, output_tensors, error, parameters_text):
+        """A response assembled by Nereid (BLS answers), unvalidated."""
+        response = cls.__new__(cls)
+        response._output_tensors = output_tensors
+        response._error = error
+        response._parameters = parameters_text
+        return response
+
+    def output_tensors(self):
+        """The output Tensors."""
+        return self._output_tensors
+
+    def has_error(self):
+        return self._error is not None
+
+    def error(self):
+        """The TritonError, or None."""
+        return self._error
+
+    def parameters(self):
+        """The response parameters as a JSON string."""
+        return self._parameters
