@@ -431,7 +431,7 @@ impl Backend for SelfCompleting {
     ) -> Option<Result<nereid_core::model_config::ModelConfig, nereid_core::BackendError>> {
         use nereid_core::model_config::{DataType as T, ModelInput, ModelOutput};
         if std::fs::read_to_string(model_path)
-            .unwrap()
+            .unwrap_or_default()
             .contains("refuse")
         {
             return Some(Err(nereid_core::BackendError::Load(
