@@ -12,10 +12,11 @@ log. All shared state is guarded by one lock.
 
 import itertools
 import json
+import sys
 import threading
 
 from .errors import ErrorCode, TritonError
-from .wire import read_tensor, write_tensors
+from .wire import ChannelClosed, read_tensor, write_tensors
 
 _current = None
 
@@ -40,7 +41,7 @@ class CancelFlag:
         self.cancelled = False
 
 
-def error_code(name):
+def _error_code(name):
     """The ErrorCode named `name` on the wire; INTERNAL when absent or unknown."""
     if isinstance(name, str):
         return ErrorCode.__members__.get(name, ErrorCode.INTERNAL)
@@ -75,10 +76,15 @@ class Runtime:
         self._closed_reason = None
 
     def log(self, level, message, filename, line):
-        """Send a log frame; level is "info", "warn", "error" or "verbose"."""
-        self.channel.send(
-            {"op": "log", "level": level, "message": message, "file": filename, "line": line}
-        )
+        """Send a log frame; level is "info", "warn", "error" or "verbose".
+        Once the server is gone, the line goes to stderr instead: logging
+        never fails a model."""
+        try:
+            self.channel.send(
+                {"op": "log", "level": level, "message": message, "file": filename, "line": line}
+            )
+        except ChannelClosed:
+            sys.stderr.write(f"[{level}] {message}\n")
 
     # Cancellation -----------------------------------------------------------
 
@@ -136,21 +142,27 @@ class Runtime:
 
     def finish_bls(self, tag, payload):
         """Handle a `bls_response` (reader thread): copy the outputs out of
-        the server's file now, since the server may reuse it after its next
-        message, then hand the response to the waiting caller."""
+        the server's file, tell the server it may reuse that memory
+        (`bls_release`), then hand the response to the waiting caller."""
         with self._lock:
             entry = self._pending.pop(tag, None)
         if entry is None:
             self.log("error", f"bls_response for unknown tag {tag!r} ignored", __file__, 0)
-            return
-        deliver, blocks = entry
-        for block in blocks:
-            self.arena.free(block)
+            parts = None
+        else:
+            deliver, blocks = entry
+            for block in blocks:
+                self.arena.free(block)
+            try:
+                parts = self._decode_bls_response(payload)
+            except Exception as error:
+                parts = ([], TritonError(f"Nereid could not read the BLS response: {error}"), "{}")
         try:
-            parts = self._decode_bls_response(payload)
-        except Exception as error:
-            parts = ([], TritonError(f"Nereid could not read the BLS response: {error}"), "{}")
-        deliver(*parts)
+            self.channel.send({"op": "bls_release", "tag": tag})
+        except ChannelClosed:
+            pass
+        if parts is not None:
+            deliver(*parts)
 
     def _decode_bls_response(self, payload):
         if not isinstance(payload, dict):
@@ -161,7 +173,7 @@ class Runtime:
             message = error.get("message") if isinstance(error, dict) else None
             if not isinstance(message, str):
                 message = "An error occurred while performing BLS request."
-            code = error_code(error.get("code")) if isinstance(error, dict) else ErrorCode.INTERNAL
+            code = _error_code(error.get("code")) if isinstance(error, dict) else ErrorCode.INTERNAL
             return [], TritonError(message, code), parameters
         outputs = [
             read_tensor(descriptor, self.files, copy=True)

@@ -2,10 +2,11 @@
 
 Tensor bytes never travel through the pipe. The server writes inputs (and
 BLS outputs) into files it owns and sends (path, offset, size); the worker
-maps those read-only, once per file, and remaps when the file grows or is
-replaced. The worker writes outputs (and BLS inputs) into its own arena, files
-named /dev/shm/nereid-py-<pid>-<n>, mode 0600, and answers with descriptors
-into them.
+maps those read-only, once per file, remaps when the file grows or is
+replaced, and drops mappings of removed files at each execute. The worker
+writes outputs (and BLS inputs) into its own arena, files named
+/dev/shm/nereid-py-<pid>-<n>, mode 0600, and answers with descriptors into
+them.
 
 Arena lifetime rules (see README.md): a region holding response outputs is
 free once the next `execute` or `finalize` arrives (the server has copied the
@@ -59,6 +60,19 @@ class InputFiles:
                 entry = (identity, mapping)
                 self._maps[path] = entry
         return memoryview(entry[1])[offset : offset + size]
+
+    def prune(self):
+        """Forget mappings of files that were removed or replaced, so that
+        they do not keep the server's deleted files in memory."""
+        with self._lock:
+            for path, (identity, _mapping) in list(self._maps.items()):
+                try:
+                    status = os.stat(path)
+                except FileNotFoundError:
+                    del self._maps[path]
+                    continue
+                if (status.st_dev, status.st_ino) != identity:
+                    del self._maps[path]
 
 
 class Block:
@@ -122,7 +136,9 @@ class OutputArena:
         self._directory = directory
         self._numbers = itertools.count()
         self._segments = []  # the last one is current
-        self._lock = threading.Lock()
+        # Re-entrant so that close() also works from a signal handler that
+        # interrupted this thread inside allocate() or free().
+        self._lock = threading.RLock()
 
     def _new_segment(self, at_least):
         size = _INITIAL_ARENA_BYTES

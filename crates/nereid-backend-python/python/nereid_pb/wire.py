@@ -76,28 +76,28 @@ class FrameChannel:
 
 def _field(mapping, key, kind, what):
     value = mapping.get(key) if isinstance(mapping, dict) else None
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise ProtocolError(f"{what}: '{key}' is missing or not a {kind.__name__}")
     return value
 
 
 def read_tensor(descriptor, files, copy):
     """The Tensor a descriptor points at. With `copy`, the data is copied out
-    of the file (BLS outputs, which must outlive the server's next message);
-    otherwise fixed-size data is a read-only view. BYTES are always decoded
-    into a new object array of bytes."""
+    of the file (BLS outputs, whose memory the server reuses after
+    `bls_release`); otherwise fixed-size data is a read-only view of the
+    file. BYTES are always decoded into a new object array of bytes."""
     name = _field(descriptor, "name", str, "tensor descriptor")
     what = f"tensor '{name}'"
     datatype = _field(descriptor, "datatype", str, what)
     shape = _field(descriptor, "shape", list, what)
     if not all(isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0 for dim in shape):
         raise ProtocolError(f"{what}: shape {shape} is not a list of non-negative ints")
-    shm = _field(descriptor, "shm", dict, what)
-    size = _field(shm, "size", int, what)
-    region = files.region(_field(shm, "path", str, what), _field(shm, "offset", int, what), size)
     triton_type = FROM_WIRE.get(datatype)
     if triton_type is None:
         raise ProtocolError(f"{what}: unknown datatype '{datatype}'")
+    shm = _field(descriptor, "shm", dict, what)
+    size = _field(shm, "size", int, what)
+    region = files.region(_field(shm, "path", str, what), _field(shm, "offset", int, what), size)
     count = math.prod(shape)
     if triton_type == TRITONSERVER_TYPE_BYTES:
         try:

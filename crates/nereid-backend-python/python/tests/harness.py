@@ -1,0 +1,214 @@
+"""Plays the Nereid server's side of the worker protocol (see ../README.md):
+starts nereid_worker.py as a subprocess, writes and reads frames, owns a
+shared-memory file for input tensors, and reads output tensors back."""
+
+import json
+import os
+import queue
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+PYTHON_DIR = Path(__file__).resolve().parents[1]
+MODELS = Path(__file__).resolve().parent / "models"
+TIMEOUT = 10.0
+
+NUMPY_TYPES = {
+    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
+    "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
+    "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+    "BF16": np.uint16,  # raw bfloat16 words
+}
+
+
+def encode_bytes(items):
+    """Triton's BYTES framing of a list of bytes."""
+    return b"".join(struct.pack("<I", len(item)) + item for item in items)
+
+
+def decode_bytes(data):
+    items, offset = [], 0
+    while offset < len(data):
+        (length,) = struct.unpack_from("<I", data, offset)
+        items.append(bytes(data[offset + 4 : offset + 4 + length]))
+        offset += 4 + length
+    return items
+
+
+def request(key, inputs, outputs, **fields):
+    """One entry of an execute frame's 'requests'."""
+    return {"id": key, "inputs": inputs, "requested_output_names": outputs, **fields}
+
+
+def model_file(name):
+    return str(MODELS / name / "1" / "model.py")
+
+
+class Worker:
+    """A running nereid_worker.py. Frames from it are read by a thread so
+    that every wait has a timeout."""
+
+    def __init__(self):
+        env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR))
+        self.process = subprocess.Popen(
+            [sys.executable, str(PYTHON_DIR / "nereid_worker.py")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )
+        self.frames = queue.Queue()
+        self.logs = []
+        self.released = []
+        self._stderr = []
+        threading.Thread(target=self._read_frames, daemon=True).start()
+        self._stderr_reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._stderr_reader.start()
+
+    def _read_frames(self):
+        stream = self.process.stdout
+        while True:
+            header = stream.read(4)
+            if len(header) < 4:
+                self.frames.put(None)
+                return
+            (length,) = struct.unpack("<I", header)
+            self.frames.put(json.loads(stream.read(length)))
+
+    def _read_stderr(self):
+        for line in self.process.stderr:
+            self._stderr.append(line.decode("utf-8", "replace"))
+
+    def stderr(self):
+        """What the worker wrote to stderr (all of it once it has exited)."""
+        if self.process.poll() is not None:
+            self._stderr_reader.join(timeout=TIMEOUT)
+        return "".join(self._stderr)
+
+    def send(self, message):
+        payload = json.dumps(message).encode("utf-8")
+        self.process.stdin.write(struct.pack("<I", len(payload)) + payload)
+        self.process.stdin.flush()
+
+    def receive(self, timeout=TIMEOUT):
+        """The next frame that is neither a `log` (kept in `logs`) nor a
+        `bls_release` (its tag kept in `released`); None at end of output."""
+        while True:
+            frame = self.frames.get(timeout=timeout)
+            if frame is not None and frame.get("op") == "log":
+                self.logs.append(frame)
+            elif frame is not None and frame.get("op") == "bls_release":
+                self.released.append(frame["tag"])
+            else:
+                return frame
+
+    def expect(self, op, timeout=TIMEOUT):
+        frame = self.receive(timeout)
+        assert frame is not None and frame.get("op") == op, f"expected '{op}', got {frame}\n{self.stderr()}"
+        return frame
+
+    def wait(self, timeout=TIMEOUT):
+        return self.process.wait(timeout=timeout)
+
+    def close(self):
+        """Stop the worker (SIGTERM: it removes its arena files) and remove
+        whatever files a worker that had to be killed left behind."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        for name in arena_files(self.process.pid):
+            os.unlink(os.path.join("/dev/shm", name))
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            stream.close()
+
+    def initialize(self, model, config=None, instance=None):
+        """Send `initialize` for tests/models/<model> and wait for `ready`."""
+        self.send(initialize_message(model, config, instance))
+        return self.expect("ready")
+
+    def execute(self, requests):
+        self.send({"op": "execute", "requests": requests})
+        return self.expect("responses")
+
+
+def initialize_message(model, config=None, instance=None):
+    config = config or {"name": model, "max_batch_size": 0, "input": [], "output": []}
+    return {
+        "op": "initialize",
+        "model_file": model_file(model),
+        "args": {
+            "model_config": json.dumps(config),
+            "model_instance_kind": "CPU",
+            "model_instance_name": instance or f"{model}_0_0",
+            "model_instance_device_id": "0",
+            "model_repository": str(MODELS / model),
+            "model_version": "1",
+            "model_name": model,
+        },
+    }
+
+
+class ShmFile:
+    """A server-owned tensor file in /dev/shm; `put` appends a tensor and
+    returns its descriptor."""
+
+    def __init__(self, size=1 << 20):
+        self.path = f"/dev/shm/nereid-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        with open(self.path, "wb") as handle:
+            handle.truncate(size)
+        self.offset = 0
+
+    def write(self, offset, data):
+        with open(self.path, "r+b") as handle:
+            handle.seek(offset)
+            handle.write(data)
+
+    def put(self, name, datatype, data, shape=None):
+        """`data`: a list of bytes for BYTES (then `shape` is required), else
+        an array (of raw uint16 words for BF16)."""
+        if datatype == "BYTES":
+            payload = encode_bytes(data)
+        else:
+            array = np.ascontiguousarray(data, dtype=NUMPY_TYPES[datatype])
+            payload, shape = array.tobytes(), list(array.shape)
+        offset = self.offset
+        self.write(offset, payload)
+        self.offset = -(-(offset + len(payload)) // 64) * 64
+        return {"name": name, "datatype": datatype, "shape": list(shape),
+                "shm": {"path": self.path, "offset": offset, "size": len(payload)}}
+
+    def close(self):
+        os.unlink(self.path)
+
+
+def read_raw(descriptor):
+    shm = descriptor["shm"]
+    if shm["size"] == 0:
+        return b""
+    with open(shm["path"], "rb") as handle:
+        handle.seek(shm["offset"])
+        return handle.read(shm["size"])
+
+
+def read_tensor(descriptor):
+    """An output descriptor's data: a list of bytes for BYTES, else an array."""
+    raw = read_raw(descriptor)
+    if descriptor["datatype"] == "BYTES":
+        return decode_bytes(raw)
+    dtype = np.dtype(NUMPY_TYPES[descriptor["datatype"]]).newbyteorder("<")
+    return np.frombuffer(raw, dtype=dtype).reshape(descriptor["shape"])
+
+
+def outputs_by_name(response):
+    return {descriptor["name"]: descriptor for descriptor in response["outputs"]}
+
+
+def arena_files(pid):
+    return sorted(name for name in os.listdir("/dev/shm") if name.startswith(f"nereid-py-{pid}-"))
