@@ -62,6 +62,7 @@ unit-test: setup-torch
 
 python-test: build
 	NEREID_BIN=$(TARGET_DIR)/debug/nereid $(PYTHON) -m pytest -q tests/python
+	$(PYTHON) -m pytest -q crates/nereid-backend-python/python/tests
 
 perf-smoke: build
 	NEREID_BIN=$(TARGET_DIR)/debug/nereid tests/perf_smoke.sh
