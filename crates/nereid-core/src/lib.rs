@@ -7,6 +7,7 @@
 //! (HTTP, gRPC, JSON) or on a runtime (tokio, ONNX Runtime, libtorch).
 
 pub mod backend;
+pub mod config_json;
 pub mod datatype;
 pub mod error;
 pub mod model_config;

@@ -2,13 +2,12 @@
 //! binary tensor data extension) and response, and Triton's JSON rendering
 //! of a model config.
 
-mod config_json;
 mod infer_request;
 mod infer_response;
 mod json_data;
 mod params;
 
-pub use config_json::{model_config_from_json, model_config_json};
+pub use nereid_core::config_json::{model_config_from_json, model_config_json};
 pub use infer_request::{DecodedRequest, OutputEncoding, decode_infer_request};
 pub use infer_response::{EncodedResponse, encode_infer_response};
 

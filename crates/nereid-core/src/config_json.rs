@@ -2,11 +2,13 @@
 //! names, enums by name, every scalar, list and map field even when it holds
 //! the default, unset messages left out, 64-bit integers as numbers; and a
 //! config read back from JSON (the repository API's `config` override).
+//! The REST frontend answers `/config` with it, and backends that hand a
+//! config to a model (the Python backend's `args["model_config"]`) use it.
 
 use std::sync::LazyLock;
 
-use nereid_core::Error;
-use nereid_core::model_config::{FILE_DESCRIPTOR_SET, MODEL_CONFIG_MESSAGE, ModelConfig};
+use crate::Error;
+use crate::model_config::{FILE_DESCRIPTOR_SET, MODEL_CONFIG_MESSAGE, ModelConfig};
 use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
 
@@ -55,7 +57,7 @@ pub fn model_config_from_json(text: &str) -> Result<ModelConfig, Error> {
 
 #[cfg(test)]
 mod tests {
-    use nereid_core::model_config::{DataType, ModelInput};
+    use crate::model_config::{DataType, ModelInput};
 
     use super::*;
 
@@ -114,7 +116,7 @@ mod tests {
             (r#"{"name": "x"} trailing"#, "trailing"),
         ] {
             let err = model_config_from_json(text).unwrap_err();
-            assert_eq!(err.kind(), nereid_core::ErrorKind::InvalidArgument);
+            assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument);
             assert!(err.message().contains(fragment), "{text}: {err}");
         }
     }
