@@ -4,22 +4,22 @@
 //! never takes the server down.
 //!
 //! The worker program and the `triton_python_backend_utils` module models
-//! import live in `python/`; `python/README.md` is the protocol between
-//! server and worker: JSON frames over the worker's stdin and stdout
-//! (`frame.rs`), tensor bytes through shared-memory files (`shm.rs`).
+//! import live in `python/` and ship inside the binary (`sources.rs`);
+//! `python/README.md` is the protocol between server and worker: JSON
+//! frames over the worker's stdin and stdout (`frame.rs`), tensor bytes
+//! through shared-memory files (`shm.rs`). A batch reaches the worker as
+//! its list of requests, each answered on its own.
 //!
-//! Work in progress: the transport is here; the worker process management
-//! and the `Backend` implementation come next (issue 12). Like the other
-//! backends, this crate depends on `nereid-core` only.
+//! Not yet: BLS calls (they get an error response), restarting a worker
+//! that died. Like the other backends, this crate depends on `nereid-core`
+//! only.
 
-// The pieces are used by the backend that is being built on them.
-#![cfg_attr(
-    not(test),
-    expect(
-        dead_code,
-        reason = "the transport is built ahead of the backend that uses it"
-    )
-)]
-
+mod backend;
 mod frame;
+mod instance;
 mod shm;
+mod sources;
+mod worker;
+
+pub use backend::PythonBackend;
+pub use instance::PythonInstance;

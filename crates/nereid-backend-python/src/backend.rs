@@ -1,0 +1,144 @@
+//! [`PythonBackend`]: Triton's `python` backend. Each instance is a worker
+//! process running the model's `model.py`; a short-lived worker runs
+//! `auto_complete_config` when configs may be completed.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nereid_core::config_json::{model_config_from_json, model_config_json};
+use nereid_core::model_config::ModelConfig;
+use nereid_core::{Backend, BackendError, Device, ModelInstance, ModelIo, ModelSource};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+use crate::instance::PythonInstance;
+use crate::worker::Worker;
+
+/// The file a version folder holds when the config names none.
+const DEFAULT_MODEL_FILENAME: &str = "model.py";
+
+/// How long `initialize` (and `auto_complete_config`) may take.
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Triton's Python backend on the interpreter `python`.
+#[derive(Debug)]
+pub struct PythonBackend {
+    python: PathBuf,
+    /// The worker and `triton_python_backend_utils`, unpacked.
+    sources: TempDir,
+}
+
+impl PythonBackend {
+    /// Uses `python` (which needs numpy) for every worker.
+    pub fn new(python: PathBuf) -> std::io::Result<Self> {
+        Ok(PythonBackend {
+            python,
+            sources: crate::sources::unpack()?,
+        })
+    }
+
+    fn spawn(&self, label: &str) -> Result<Worker, BackendError> {
+        Worker::spawn(&self.python, self.sources.path(), label)
+            .map_err(|e| BackendError::Load(format!("{label}: {e}")))
+    }
+}
+
+/// The last line of a worker's `error` answer (the traceback's), else the
+/// frame itself.
+fn error_of(frame: &Value) -> String {
+    frame["message"]
+        .as_str()
+        .map_or_else(|| format!("unexpected answer {frame}"), str::to_owned)
+}
+
+fn config_json(config: &ModelConfig) -> Result<Value, BackendError> {
+    let bytes = model_config_json(config).map_err(|e| BackendError::Load(e.to_string()))?;
+    serde_json::from_slice(&bytes).map_err(|e| BackendError::Load(e.to_string()))
+}
+
+/// Triton's `args` for `initialize`.
+fn initialize_args(source: &ModelSource) -> Result<Value, BackendError> {
+    let config =
+        model_config_json(&source.config).map_err(|e| BackendError::Load(e.to_string()))?;
+    let version_dir = source.model_path.parent().unwrap_or(Path::new("."));
+    let repository = version_dir.parent().unwrap_or(version_dir);
+    Ok(json!({
+        "model_config": String::from_utf8_lossy(&config),
+        "model_instance_kind": "CPU",
+        "model_instance_name": format!("{}_{}", source.model_name, source.instance_index),
+        "model_instance_device_id": "0",
+        "model_repository": repository,
+        "model_version": source.version.to_string(),
+        "model_name": source.model_name,
+    }))
+}
+
+impl Backend for PythonBackend {
+    fn name(&self) -> &'static str {
+        "python"
+    }
+
+    /// Triton's Python models have a backend and no platform.
+    fn platform(&self) -> &'static str {
+        ""
+    }
+
+    fn default_model_filename(&self) -> &'static str {
+        DEFAULT_MODEL_FILENAME
+    }
+
+    fn inspect(&self, _: &Path) -> Result<ModelIo, BackendError> {
+        Err(BackendError::Unsupported(
+            "a Python model completes its config through auto_complete_config".into(),
+        ))
+    }
+
+    fn auto_complete(
+        &self,
+        config: &ModelConfig,
+        model_path: &Path,
+    ) -> Option<Result<ModelConfig, BackendError>> {
+        let run = || {
+            let label = format!("model '{}' (auto_complete_config)", config.name);
+            let mut worker = self.spawn(&label)?;
+            let request = json!({"op": "auto_complete", "model_file": model_path, "config": config_json(config)?});
+            let load = |e: crate::worker::WorkerError| BackendError::Load(format!("{label}: {e}"));
+            worker.send(&request).map_err(load)?;
+            let answer = worker.next(START_TIMEOUT).map_err(load)?;
+            if answer["op"] != "config" {
+                return Err(BackendError::Load(error_of(&answer)));
+            }
+            model_config_from_json(&answer["config"].to_string()).map_err(|e| {
+                BackendError::Load(format!("{label}: the completed config is not valid: {e}"))
+            })
+        };
+        Some(run())
+    }
+
+    fn load(&self, source: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError> {
+        let label = format!(
+            "model '{}' version {} instance {}",
+            source.model_name, source.version, source.instance_index
+        );
+        if let Device::Gpu(id) = source.device {
+            return Err(BackendError::Unsupported(format!(
+                "{label}: asks for GPU {id}; Nereid's Python backend runs models on the CPU (use KIND_CPU)"
+            )));
+        }
+        if !source.model_path.is_file() {
+            return Err(BackendError::Load(format!(
+                "{label}: unable to find '{}'",
+                source.model_path.display()
+            )));
+        }
+        let mut worker = self.spawn(&label)?;
+        let request = json!({"op": "initialize", "model_file": source.model_path, "args": initialize_args(source)?});
+        let load = |e: crate::worker::WorkerError| BackendError::Load(format!("{label}: {e}"));
+        worker.send(&request).map_err(load)?;
+        let answer = worker.next(START_TIMEOUT).map_err(load)?;
+        if answer["op"] != "ready" {
+            return Err(BackendError::Load(error_of(&answer)));
+        }
+        Ok(Box::new(PythonInstance::new(label, worker)?))
+    }
+}

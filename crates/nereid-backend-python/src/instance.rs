@@ -1,0 +1,268 @@
+//! One instance of a Python model: its worker, and the shared memory the
+//! two exchange tensors through. A batch goes to the worker as its list of
+//! requests (`execute(requests)`), and each request gets its own answer.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nereid_core::{
+    BackendError, Batch, BatchRequest, DataType, InferRequest, ModelInstance, Parameter,
+    RequestWise, Tensor,
+};
+use serde_json::{Map, Value, json};
+
+use crate::shm::{Arena, Region, WorkerFiles};
+use crate::worker::{Worker, WorkerError};
+
+/// How long one `execute` may take before the worker is given up on.
+const EXECUTE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Room for the first batch's inputs; the arena grows past it as needed.
+const ARENA_START: usize = 1 << 20;
+
+#[derive(Debug)]
+pub struct PythonInstance {
+    label: String,
+    worker: Worker,
+    arena: Arena,
+    files: WorkerFiles,
+    next_id: u64,
+}
+
+impl PythonInstance {
+    pub(crate) fn new(label: String, worker: Worker) -> Result<Self, BackendError> {
+        let arena = Arena::new(ARENA_START).map_err(|e| {
+            BackendError::Load(format!("{label}: cannot create shared memory: {e}"))
+        })?;
+        Ok(PythonInstance {
+            label,
+            worker,
+            arena,
+            files: WorkerFiles::default(),
+            next_id: 0,
+        })
+    }
+
+    fn fail(&self, message: impl std::fmt::Display) -> BackendError {
+        BackendError::Execute(format!("{}: {message}", self.label))
+    }
+
+    /// The `execute` frame for `requests`, their inputs copied into the arena.
+    fn execute_frame(&mut self, requests: &[BatchRequest<'_>]) -> Result<Value, BackendError> {
+        self.arena.reset();
+        self.files.prune();
+        let mut entries = Vec::with_capacity(requests.len());
+        for r in requests {
+            self.next_id += 1;
+            entries.push(self.request_entry(r.request, r.outputs, self.next_id)?);
+        }
+        Ok(json!({"op": "execute", "requests": entries}))
+    }
+
+    fn request_entry(
+        &mut self,
+        request: &InferRequest,
+        outputs: &[String],
+        id: u64,
+    ) -> Result<Value, BackendError> {
+        let inputs = request
+            .inputs
+            .iter()
+            .map(|input| {
+                let region = self.arena.push(&input.data).map_err(|e| {
+                    self.fail(format_args!(
+                        "cannot place input '{}' in shared memory: {e}",
+                        input.name
+                    ))
+                })?;
+                Ok(descriptor(
+                    &input.name,
+                    input.datatype,
+                    &input.shape,
+                    &region,
+                ))
+            })
+            .collect::<Result<Vec<_>, BackendError>>()?;
+        Ok(json!({
+            "id": id.to_string(),
+            "request_id": request.id,
+            "parameters": parameters(&request.parameters),
+            "requested_output_names": outputs,
+            "inputs": inputs,
+        }))
+    }
+
+    /// Reads the worker's answer to an execute of `count` requests.
+    fn answers(
+        &mut self,
+        count: usize,
+    ) -> Result<Vec<Result<Vec<Tensor>, BackendError>>, BackendError> {
+        let frame = loop {
+            let frame = self
+                .worker
+                .next(EXECUTE_TIMEOUT)
+                .map_err(|e| self.fail(e))?;
+            if frame["op"] == "bls" {
+                self.refuse_bls(&frame)?;
+                continue;
+            }
+            break frame;
+        };
+        if frame["op"] == "error" {
+            return Err(self.fail(
+                frame["message"]
+                    .as_str()
+                    .unwrap_or("the worker refused the batch"),
+            ));
+        }
+        if let Some(message) = frame["error"]["message"].as_str() {
+            return Err(BackendError::Execute(message.to_owned()));
+        }
+        let Some(responses) = frame["responses"].as_array() else {
+            return Err(self.fail("the worker answered without responses"));
+        };
+        if responses.len() != count {
+            return Err(self.fail(format_args!(
+                "the worker answered {} of {count} requests",
+                responses.len()
+            )));
+        }
+        Ok(responses.iter().map(|r| self.response(r)).collect())
+    }
+
+    fn response(&mut self, response: &Value) -> Result<Vec<Tensor>, BackendError> {
+        if let Some(message) = response["error"]["message"].as_str() {
+            return Err(BackendError::Execute(message.to_owned()));
+        }
+        response["outputs"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .map(|d| self.output(d))
+            .collect()
+    }
+
+    fn output(&mut self, d: &Value) -> Result<Tensor, BackendError> {
+        let bad = || self.fail(format_args!("the worker sent a bad output descriptor: {d}"));
+        let name = d["name"].as_str().ok_or_else(bad)?.to_owned();
+        let datatype = d["datatype"]
+            .as_str()
+            .and_then(DataType::from_wire_name)
+            .ok_or_else(bad)?;
+        let shape: Vec<i64> = d["shape"]
+            .as_array()
+            .ok_or_else(bad)?
+            .iter()
+            .map(|v| v.as_i64().ok_or_else(bad))
+            .collect::<Result<_, _>>()?;
+        let region = Region {
+            path: PathBuf::from(d["shm"]["path"].as_str().unwrap_or_default()),
+            offset: d["shm"]["offset"].as_u64().ok_or_else(bad)? as usize,
+            size: d["shm"]["size"].as_u64().ok_or_else(bad)? as usize,
+        };
+        let data = self
+            .files
+            .read(&region)
+            .map_err(|e| self.fail(format_args!("output '{name}': {e}")))?;
+        Ok(Tensor {
+            name,
+            datatype,
+            shape,
+            data: data.into(),
+        })
+    }
+
+    /// BLS needs the engine, which this backend cannot reach yet: the call
+    /// fails in the model (its response has the error), never the batch.
+    fn refuse_bls(&mut self, frame: &Value) -> Result<(), BackendError> {
+        let answer = json!({
+            "op": "bls_response",
+            "tag": frame["tag"],
+            "response": {"outputs": [], "error": {
+                "message": "BLS (pb_utils.InferenceRequest.exec) is not supported by Nereid yet",
+                "code": "UNSUPPORTED"}},
+        });
+        self.worker.send(&answer).map_err(|e| self.fail(e))
+    }
+}
+
+fn descriptor(name: &str, datatype: DataType, shape: &[i64], region: &Region) -> Value {
+    json!({
+        "name": name,
+        "datatype": datatype.wire_name(),
+        "shape": shape,
+        "shm": {"path": region.path, "offset": region.offset, "size": region.size},
+    })
+}
+
+fn parameters(parameters: &nereid_core::Parameters) -> Value {
+    let map: Map<String, Value> = parameters
+        .iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Parameter::Bool(b) => json!(b),
+                Parameter::Int64(i) => json!(i),
+                Parameter::Uint64(u) => json!(u),
+                Parameter::Double(d) => json!(d),
+                Parameter::String(s) => json!(s),
+            };
+            (k.clone(), v)
+        })
+        .collect();
+    Value::Object(map)
+}
+
+impl RequestWise for PythonInstance {
+    fn execute_requests(
+        &mut self,
+        requests: &[BatchRequest<'_>],
+    ) -> Vec<Result<Vec<Tensor>, BackendError>> {
+        let answered = self
+            .execute_frame(requests)
+            .and_then(|frame| self.worker.send(&frame).map_err(|e| self.fail(e)))
+            .and_then(|()| self.answers(requests.len()));
+        match answered {
+            Ok(results) => results,
+            Err(e) => requests.iter().map(|_| Err(e.clone())).collect(),
+        }
+    }
+}
+
+impl ModelInstance for PythonInstance {
+    fn as_request_wise(&mut self) -> Option<&mut dyn RequestWise> {
+        Some(self)
+    }
+
+    /// A gathered batch runs as one request (the engine hands this backend
+    /// its requests one by one instead, through `as_request_wise`).
+    fn execute(&mut self, batch: &Batch) -> Result<Vec<Tensor>, BackendError> {
+        let request = InferRequest {
+            inputs: batch
+                .inputs
+                .iter()
+                .map(|t| nereid_core::InputTensor {
+                    name: t.name.clone(),
+                    datatype: t.datatype,
+                    shape: t.shape.clone(),
+                    data: t.data.clone(),
+                    parameters: Default::default(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let requests = [BatchRequest {
+            request: &request,
+            outputs: &batch.outputs,
+        }];
+        self.execute_requests(&requests)
+            .pop()
+            .unwrap_or_else(|| Err(self.fail("no answer")))
+    }
+}
+
+impl From<WorkerError> for BackendError {
+    fn from(e: WorkerError) -> Self {
+        BackendError::Execute(e.to_string())
+    }
+}

@@ -1,0 +1,160 @@
+//! The Python backend end to end below the engine: real worker processes
+//! (on the project's .venv interpreter, which has numpy) running the
+//! worker tests' models, resolved through the repository as the engine does.
+
+#![expect(clippy::unwrap_used, reason = "test helpers may panic")]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nereid_backend_python::PythonBackend;
+use nereid_core::{
+    Backend, BatchRequest, DataType, Device, InferRequest, InputTensor, ModelSource,
+};
+use nereid_repository::{Repository, ResolvedModel};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn backend() -> Arc<dyn Backend> {
+    let python = root().join(".venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `make setup` first",
+        python.display()
+    );
+    Arc::new(PythonBackend::new(python).unwrap())
+}
+
+/// A repository holding the worker tests' model `model` under `name`, with `config`.
+fn repository(dir: &Path, name: &str, model: &str, config: &str) -> Repository {
+    let source = root()
+        .join("crates/nereid-backend-python/python/tests/models")
+        .join(model)
+        .join("1/model.py");
+    std::fs::create_dir_all(dir.join(name).join("1")).unwrap();
+    std::fs::copy(source, dir.join(name).join("1/model.py")).unwrap();
+    std::fs::write(dir.join(name).join("config.pbtxt"), config).unwrap();
+    Repository::new(vec![dir.to_path_buf()], false)
+}
+
+fn resolve(
+    repo: &Repository,
+    name: &str,
+    backends: &[Arc<dyn Backend>],
+) -> Result<ResolvedModel, String> {
+    let entry = repo
+        .scan()
+        .unwrap()
+        .into_iter()
+        .find(|e| e.name == name)
+        .unwrap();
+    repo.resolve(&entry, backends).map_err(|e| e.to_string())
+}
+
+fn source(model: &ResolvedModel) -> ModelSource {
+    ModelSource {
+        model_name: model.name.clone(),
+        version: 1,
+        model_path: model.versions[0].model_path.clone(),
+        config: model.config.clone(),
+        device: Device::Cpu,
+        instance_index: 0,
+    }
+}
+
+const ADD_SUB: &str = r#"
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"#;
+
+fn f32_input(name: &str, values: &[f32]) -> InputTensor {
+    InputTensor {
+        name: name.into(),
+        datatype: DataType::Fp32,
+        shape: vec![1, values.len() as i64],
+        data: values
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<u8>>()
+            .into(),
+        parameters: Default::default(),
+    }
+}
+
+fn f32s(data: &[u8]) -> Vec<f32> {
+    data.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_batch_runs_as_its_requests_in_one_worker_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let backends = vec![backend()];
+    let repo = repository(dir.path(), "add_sub", "add_sub", ADD_SUB);
+    let model = resolve(&repo, "add_sub", &backends).unwrap();
+    let mut instance = backends[0].load(&source(&model)).unwrap();
+    let requests: Vec<InferRequest> = (0..3)
+        .map(|i| InferRequest {
+            id: format!("r{i}"),
+            inputs: vec![
+                f32_input("INPUT0", &[i as f32; 4]),
+                f32_input("INPUT1", &[1.0, 2.0, 3.0, 4.0]),
+            ],
+            ..Default::default()
+        })
+        .collect();
+    let outputs = vec!["OUTPUT0".to_string(), "OUTPUT1".to_string()];
+    let batch: Vec<BatchRequest<'_>> = requests
+        .iter()
+        .map(|r| BatchRequest {
+            request: r,
+            outputs: &outputs,
+        })
+        .collect();
+    let results = instance.as_request_wise().unwrap().execute_requests(&batch);
+    assert_eq!(results.len(), 3);
+    for (i, result) in results.into_iter().enumerate() {
+        let tensors = result.unwrap();
+        let sum = tensors.iter().find(|t| t.name == "OUTPUT0").unwrap();
+        let diff = tensors.iter().find(|t| t.name == "OUTPUT1").unwrap();
+        let x = i as f32;
+        assert_eq!(f32s(&sum.data), [x + 1.0, x + 2.0, x + 3.0, x + 4.0]);
+        assert_eq!(f32s(&diff.data), [x - 1.0, x - 2.0, x - 3.0, x - 4.0]);
+        assert_eq!(sum.shape, [1, 4]);
+    }
+}
+
+#[test]
+fn an_import_error_fails_the_load_with_the_tracebacks_last_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let backends = vec![backend()];
+    let repo = repository(dir.path(), "broken", "import_error", ADD_SUB);
+    let model = resolve(&repo, "broken", &backends);
+    let err = match model {
+        Err(e) => e,
+        Ok(model) => match backends[0].load(&source(&model)) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("a model that cannot import loaded"),
+        },
+    };
+    assert!(err.contains("Error"), "{err}");
+    assert!(!err.contains("Traceback"), "only the last line: {err}");
+}
+
+#[test]
+fn auto_complete_config_fills_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let backends = vec![backend()];
+    let repo = repository(dir.path(), "auto", "auto_complete", "backend: \"python\"");
+    let model = resolve(&repo, "auto", &backends).unwrap();
+    assert!(
+        !model.config.input.is_empty() && !model.config.output.is_empty(),
+        "{:?}",
+        model.config
+    );
+}
