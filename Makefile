@@ -20,13 +20,15 @@ RUN_FEATURES := $(if $(TORCH),--features nereid-server/torch,)
 TEST_FEATURES := --features nereid-server/torch
 RUN_REPOSITORIES := --model-repository model_repository $(if $(TORCH),--model-repository model_repository_torch,)
 DEFAULT_REPOSITORY := $(if $(findstring --model-repository,$(ARGS)),,$(RUN_REPOSITORIES))
+# Python models' workers run on the venv `make run` sets up (it has numpy).
+PYTHON_BACKEND := $(if $(findstring python-path,$(ARGS)),,--backend-config=python,python-path=$(CURDIR)/$(PYTHON))
 
 .PHONY: run test setup setup-test setup-torch release build models torch-models lint fmt unit-test python-test perf-smoke bench clean
 
 ## Serve model_repository/ on HTTP 8000, gRPC 8001, metrics 8002
 ## (TORCH=1: with TorchScript support, and model_repository_torch/ too).
 run: setup $(if $(TORCH),setup-torch,) release
-	$(TARGET_DIR)/release/nereid $(DEFAULT_REPOSITORY) $(ARGS)
+	$(TARGET_DIR)/release/nereid $(DEFAULT_REPOSITORY) $(PYTHON_BACKEND) $(ARGS)
 
 ## Set up what the tests need and run them all.
 test: setup-test lint unit-test python-test perf-smoke

@@ -14,7 +14,22 @@ use crate::server::ServerConfig;
 
 /// Every backend, in the order the repository tries them.
 pub(crate) fn backends(config: &ServerConfig) -> Vec<Arc<dyn Backend>> {
-    vec![onnx(config), torch()]
+    vec![onnx(config), torch(), python(config)]
+}
+
+fn python(config: &ServerConfig) -> Arc<dyn Backend> {
+    match nereid_backend_python::PythonBackend::new(config.python.clone()) {
+        Ok(python) => Arc::new(python),
+        Err(e) => {
+            tracing::error!(error = %e, "the Python backend is not available; Python models will not load");
+            Arc::new(Unavailable {
+                name: "python",
+                platform: "",
+                default_model_filename: "model.py",
+                reason: format!("the Python backend cannot unpack its worker: {e}"),
+            })
+        }
+    }
 }
 
 fn onnx(config: &ServerConfig) -> Arc<dyn Backend> {

@@ -101,6 +101,33 @@ pub struct Args {
     /// Path of the ONNX Runtime shared library (libonnxruntime.so).
     #[arg(long, env = "ORT_DYLIB_PATH", value_name = "PATH")]
     pub onnxruntime_library: Option<PathBuf>,
+
+    /// A backend setting, `<backend>,<key>=<value>`, as tritonserver takes
+    /// them; repeat for several. Nereid reads `python,python-path=PATH`:
+    /// the interpreter (with numpy) that runs Python models' workers
+    /// (default: `python3` on the PATH). Other settings are logged and
+    /// ignored.
+    #[arg(long = "backend-config", value_name = "BACKEND,KEY=VALUE")]
+    pub backend_config: Vec<String>,
+}
+
+/// The interpreter `--backend-config=python,python-path=...` names.
+fn python_path(settings: &[String]) -> anyhow::Result<PathBuf> {
+    let mut python = PathBuf::from("python3");
+    for setting in settings {
+        let Some((backend, pair)) = setting.split_once(',') else {
+            anyhow::bail!("--backend-config {setting}: expected <backend>,<key>=<value>");
+        };
+        let Some((key, value)) = pair.split_once('=') else {
+            anyhow::bail!("--backend-config {setting}: expected <backend>,<key>=<value>");
+        };
+        if (backend, key) == ("python", "python-path") {
+            python = PathBuf::from(value);
+        } else {
+            tracing::warn!("--backend-config {setting}: not used by Nereid");
+        }
+    }
+    Ok(python)
 }
 
 /// `--model-control-mode` values, as tritonserver spells them.
@@ -161,6 +188,7 @@ impl Args {
                 .then_some(SocketAddr::new(self.metrics_address, self.metrics_port)),
             exit_timeout: Duration::from_secs(self.exit_timeout_secs),
             onnxruntime_library: self.onnxruntime_library,
+            python: python_path(&self.backend_config)?,
         })
     }
 }
@@ -168,6 +196,20 @@ impl Args {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backend_config_names_the_python_interpreter() {
+        assert_eq!(python_path(&[]).unwrap(), PathBuf::from("python3"));
+        let set = [
+            "python,python-path=/opt/py/bin/python".to_string(),
+            "onnxruntime,x=1".to_string(),
+        ];
+        assert_eq!(
+            python_path(&set).unwrap(),
+            PathBuf::from("/opt/py/bin/python")
+        );
+        assert!(python_path(&["python".to_string()]).is_err());
+    }
 
     #[test]
     fn tritonserver_flags_parse() {

@@ -26,6 +26,8 @@ pub struct ServerConfig {
     /// How long in-flight requests may take to finish at shutdown.
     pub exit_timeout: Duration,
     pub onnxruntime_library: Option<PathBuf>,
+    /// The interpreter Python models' workers run on.
+    pub python: PathBuf,
 }
 
 /// A started server; drop it or call [`RunningServer::shutdown`] to stop.

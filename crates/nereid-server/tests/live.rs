@@ -27,6 +27,7 @@ async fn start() -> (RunningServer, String) {
         metrics: Some(any),
         exit_timeout: Duration::from_secs(5),
         onnxruntime_library: std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from),
+        python: PathBuf::from("python3"),
     };
     let mut server = nereid_server::start(config).await.unwrap();
     server.wait_loaded().await.unwrap();

@@ -7,9 +7,9 @@ mod infer_response;
 mod json_data;
 mod params;
 
-pub use nereid_core::config_json::{model_config_from_json, model_config_json};
 pub use infer_request::{DecodedRequest, OutputEncoding, decode_infer_request};
 pub use infer_response::{EncodedResponse, encode_infer_response};
+pub use nereid_core::config_json::{model_config_from_json, model_config_json};
 
 /// The header that says how long the JSON part of a binary body is.
 pub const HEADER_CONTENT_LENGTH: &str = "inference-header-content-length";
