@@ -3,15 +3,18 @@
 //! `auto_complete_config` when configs may be completed.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nereid_core::config_json::{model_config_from_json, model_config_json};
 use nereid_core::model_config::ModelConfig;
-use nereid_core::{Backend, BackendError, Device, ModelInstance, ModelIo, ModelSource};
+use nereid_core::{
+    Backend, BackendError, Device, InferService, ModelInstance, ModelIo, ModelSource,
+};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use crate::instance::PythonInstance;
+use crate::instance::{PythonInstance, Service};
 use crate::worker::Worker;
 
 /// The file a version folder holds when the config names none.
@@ -21,11 +24,20 @@ const DEFAULT_MODEL_FILENAME: &str = "model.py";
 const START_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Triton's Python backend on the interpreter `python`.
-#[derive(Debug)]
 pub struct PythonBackend {
     python: PathBuf,
     /// The worker and `triton_python_backend_utils`, unpacked.
     sources: TempDir,
+    /// The server, for models' BLS calls.
+    service: Service,
+}
+
+impl std::fmt::Debug for PythonBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PythonBackend")
+            .field("python", &self.python)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PythonBackend {
@@ -34,7 +46,15 @@ impl PythonBackend {
         Ok(PythonBackend {
             python,
             sources: crate::sources::unpack()?,
+            service: Service::default(),
         })
+    }
+
+    /// Connects the backend to the server its models' BLS calls go to
+    /// (once; later calls are ignored). Until then a BLS call answers
+    /// UNAVAILABLE.
+    pub fn set_service(&self, service: Arc<dyn InferService>) {
+        let _ = self.service.set(service);
     }
 
     fn spawn(&self, label: &str) -> Result<Worker, BackendError> {
@@ -139,6 +159,10 @@ impl Backend for PythonBackend {
         if answer["op"] != "ready" {
             return Err(BackendError::Load(error_of(&answer)));
         }
-        Ok(Box::new(PythonInstance::new(label, worker)?))
+        Ok(Box::new(PythonInstance::new(
+            label,
+            worker,
+            Arc::clone(&self.service),
+        )?))
     }
 }

@@ -3,11 +3,12 @@
 //! requests (`execute(requests)`), and each request gets its own answer.
 
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use nereid_core::{
-    BackendError, Batch, BatchRequest, DataType, InferRequest, ModelInstance, Parameter,
-    RequestWise, Tensor,
+    BackendError, Batch, BatchRequest, DataType, InferRequest, InferService, InputTensor,
+    ModelInstance, Parameter, Parameters, RequestWise, RequestedOutput, Tensor,
 };
 use serde_json::{Map, Value, json};
 
@@ -20,26 +21,46 @@ const EXECUTE_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Room for the first batch's inputs; the arena grows past it as needed.
 const ARENA_START: usize = 1 << 20;
 
-#[derive(Debug)]
+/// The server, for BLS calls; set once the engine exists.
+pub(crate) type Service = Arc<OnceLock<Arc<dyn InferService>>>;
+
 pub struct PythonInstance {
     label: String,
     worker: Worker,
     arena: Arena,
+    /// Where BLS answers' outputs go for the worker to copy.
+    bls_arena: Arena,
     files: WorkerFiles,
     next_id: u64,
+    service: Service,
+}
+
+impl std::fmt::Debug for PythonInstance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PythonInstance")
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PythonInstance {
-    pub(crate) fn new(label: String, worker: Worker) -> Result<Self, BackendError> {
-        let arena = Arena::new(ARENA_START).map_err(|e| {
-            BackendError::Load(format!("{label}: cannot create shared memory: {e}"))
-        })?;
+    pub(crate) fn new(
+        label: String,
+        worker: Worker,
+        service: Service,
+    ) -> Result<Self, BackendError> {
+        let shm_error =
+            |e| BackendError::Load(format!("{label}: cannot create shared memory: {e}"));
+        let arena = Arena::new(ARENA_START).map_err(shm_error)?;
+        let bls_arena = Arena::new(ARENA_START).map_err(shm_error)?;
         Ok(PythonInstance {
             label,
             worker,
             arena,
+            bls_arena,
             files: WorkerFiles::default(),
             next_id: 0,
+            service,
         })
     }
 
@@ -50,6 +71,7 @@ impl PythonInstance {
     /// The `execute` frame for `requests`, their inputs copied into the arena.
     fn execute_frame(&mut self, requests: &[BatchRequest<'_>]) -> Result<Value, BackendError> {
         self.arena.reset();
+        self.bls_arena.reset();
         self.files.prune();
         let mut entries = Vec::with_capacity(requests.len());
         for r in requests {
@@ -103,7 +125,13 @@ impl PythonInstance {
                 .next(EXECUTE_TIMEOUT)
                 .map_err(|e| self.fail(e))?;
             if frame["op"] == "bls" {
-                self.refuse_bls(&frame)?;
+                let response = self.bls(&frame["request"]);
+                let answer =
+                    json!({"op": "bls_response", "tag": frame["tag"], "response": response});
+                self.worker.send(&answer).map_err(|e| self.fail(e))?;
+                continue;
+            }
+            if frame["op"] == "bls_release" {
                 continue;
             }
             break frame;
@@ -173,17 +201,95 @@ impl PythonInstance {
         })
     }
 
-    /// BLS needs the engine, which this backend cannot reach yet: the call
-    /// fails in the model (its response has the error), never the batch.
-    fn refuse_bls(&mut self, frame: &Value) -> Result<(), BackendError> {
-        let answer = json!({
-            "op": "bls_response",
-            "tag": frame["tag"],
-            "response": {"outputs": [], "error": {
-                "message": "BLS (pb_utils.InferenceRequest.exec) is not supported by Nereid yet",
-                "code": "UNSUPPORTED"}},
-        });
-        self.worker.send(&answer).map_err(|e| self.fail(e))
+    /// Runs a model's BLS call through the server and says how it went, as
+    /// a `bls_response`'s `response`: a failure is the call's answer, never
+    /// the batch's.
+    fn bls(&mut self, request: &Value) -> Value {
+        let error = |message: String, code: &str| json!({"outputs": [], "error": {"message": message, "code": code}});
+        let Some(service) = self.service.get().cloned() else {
+            return error(
+                "the server is not ready for BLS calls yet".into(),
+                "UNAVAILABLE",
+            );
+        };
+        let request = match self.bls_request(request) {
+            Ok(request) => request,
+            Err(e) => return error(e.to_string(), "INVALID_ARG"),
+        };
+        let response = match service.infer_blocking(request) {
+            Ok(response) => response,
+            Err(e) => return error(e.message().to_owned(), code_name(e.kind())),
+        };
+        let outputs: Result<Vec<Value>, std::io::Error> = response
+            .outputs
+            .iter()
+            .map(|t| {
+                let region = self.bls_arena.push(&t.data)?;
+                Ok(descriptor(&t.name, t.datatype, &t.shape, &region))
+            })
+            .collect();
+        match outputs {
+            Ok(outputs) => {
+                json!({"outputs": outputs, "error": null, "parameters": parameters(&response.parameters)})
+            }
+            Err(e) => error(
+                format!("cannot place the answer in shared memory: {e}"),
+                "INTERNAL",
+            ),
+        }
+    }
+
+    /// The server request a `bls` frame describes, its inputs read out of
+    /// the worker's arena.
+    fn bls_request(&mut self, r: &Value) -> Result<InferRequest, BackendError> {
+        let inputs = r["inputs"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .map(|d| {
+                self.output(d).map(|t| InputTensor {
+                    name: t.name,
+                    datatype: t.datatype,
+                    shape: t.shape,
+                    data: t.data,
+                    parameters: Parameters::new(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let outputs = r["requested_output_names"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|name| RequestedOutput {
+                name: name.to_owned(),
+                parameters: Parameters::new(),
+            })
+            .collect();
+        Ok(InferRequest {
+            model_name: r["model_name"].as_str().unwrap_or_default().to_owned(),
+            model_version: r["model_version"].as_i64().filter(|&v| v > 0),
+            id: r["request_id"].as_str().unwrap_or_default().to_owned(),
+            inputs,
+            outputs,
+            parameters: Parameters::new(),
+        })
+    }
+}
+
+/// TritonError's code name for an error kind.
+fn code_name(kind: nereid_core::ErrorKind) -> &'static str {
+    use nereid_core::ErrorKind as K;
+    match kind {
+        K::InvalidArgument => "INVALID_ARG",
+        K::NotFound => "NOT_FOUND",
+        K::Unavailable => "UNAVAILABLE",
+        K::Unsupported => "UNSUPPORTED",
+        K::AlreadyExists => "ALREADY_EXISTS",
+        K::Cancelled => "CANCELLED",
+        K::Internal => "INTERNAL",
     }
 }
 

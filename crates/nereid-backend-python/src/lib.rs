@@ -10,8 +10,9 @@
 //! through shared-memory files (`shm.rs`). A batch reaches the worker as
 //! its list of requests, each answered on its own.
 //!
-//! Not yet: BLS calls (they get an error response), restarting a worker
-//! that died. Like the other backends, this crate depends on `nereid-core`
+//! A model's BLS calls (`pb_utils.InferenceRequest(...).exec()`) go through
+//! the server the backend is connected to (`PythonBackend::set_service`).
+//! Not yet: restarting a worker that died. Like the other backends, this crate depends on `nereid-core`
 //! only.
 
 mod backend;

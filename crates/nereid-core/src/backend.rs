@@ -5,7 +5,16 @@
 use std::path::PathBuf;
 
 use crate::model_config::ModelConfig;
-use crate::{DataType, InferRequest, Shape, Tensor};
+use crate::{DataType, Error, InferRequest, InferResponse, Shape, Tensor};
+
+/// The server as a backend sees it: how one model calls another (Triton's
+/// "business logic scripting", BLS, in Python models).
+pub trait InferService: Send + Sync {
+    /// Runs `request` through the server, as a client's would run, and
+    /// waits for the answer. Called from instance threads, never from async
+    /// code.
+    fn infer_blocking(&self, request: InferRequest) -> Result<InferResponse, Error>;
+}
 
 /// Why a backend could not load or run a model.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -15,8 +15,8 @@ pub mod request;
 pub mod tensor;
 
 pub use backend::{
-    Backend, BackendError, Batch, BatchRequest, Device, IoSpec, ModelInstance, ModelIo,
-    ModelSource, RequestWise,
+    Backend, BackendError, Batch, BatchRequest, Device, InferService, IoSpec, ModelInstance,
+    ModelIo, ModelSource, RequestWise,
 };
 pub use datatype::DataType;
 pub use error::{Error, ErrorKind};

@@ -8,27 +8,52 @@ use std::path::Path;
 use std::sync::Arc;
 
 use nereid_backend_onnx::OnnxBackend;
-use nereid_core::{Backend, BackendError, ModelInstance, ModelIo, ModelSource};
+use nereid_backend_python::PythonBackend;
+use nereid_core::{
+    Backend, BackendError, Error, InferRequest, InferResponse, InferService, ModelInstance,
+    ModelIo, ModelSource,
+};
+use nereid_engine::Engine;
 
 use crate::server::ServerConfig;
 
-/// Every backend, in the order the repository tries them.
-pub(crate) fn backends(config: &ServerConfig) -> Vec<Arc<dyn Backend>> {
-    vec![onnx(config), torch(), python(config)]
+/// Every backend, in the order the repository tries them, and the Python
+/// one again, to connect to the engine once it exists (for BLS).
+pub(crate) fn backends(
+    config: &ServerConfig,
+) -> (Vec<Arc<dyn Backend>>, Option<Arc<PythonBackend>>) {
+    let (python, python_backend) = python(config);
+    (vec![onnx(config), torch(), python], python_backend)
 }
 
-fn python(config: &ServerConfig) -> Arc<dyn Backend> {
-    match nereid_backend_python::PythonBackend::new(config.python.clone()) {
-        Ok(python) => Arc::new(python),
+fn python(config: &ServerConfig) -> (Arc<dyn Backend>, Option<Arc<PythonBackend>>) {
+    match PythonBackend::new(config.python.clone()) {
+        Ok(python) => {
+            let python = Arc::new(python);
+            (Arc::clone(&python) as Arc<dyn Backend>, Some(python))
+        }
         Err(e) => {
             tracing::error!(error = %e, "the Python backend is not available; Python models will not load");
-            Arc::new(Unavailable {
+            let unavailable = Unavailable {
                 name: "python",
                 platform: "",
                 default_model_filename: "model.py",
                 reason: format!("the Python backend cannot unpack its worker: {e}"),
-            })
+            };
+            (Arc::new(unavailable), None)
         }
+    }
+}
+
+/// The engine as a BLS call from a Python model reaches it.
+pub(crate) struct EngineService {
+    pub(crate) engine: Engine,
+    pub(crate) runtime: tokio::runtime::Handle,
+}
+
+impl InferService for EngineService {
+    fn infer_blocking(&self, request: InferRequest) -> Result<InferResponse, Error> {
+        self.runtime.block_on(self.engine.infer(request))
     }
 }
 

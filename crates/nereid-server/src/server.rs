@@ -3,9 +3,10 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backends::backends;
+use crate::backends::{EngineService, backends};
 use anyhow::Context;
 use nereid_engine::{Engine, EngineOptions, LoadFailure, ModelControl};
 use tokio::net::TcpListener;
@@ -47,11 +48,18 @@ pub struct RunningServer {
 /// Binds every endpoint, starts serving and begins loading the models in
 /// the background: the server is live at once and ready when they loaded.
 pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
+    let (all_backends, python) = backends(&config);
     let engine = Engine::with_model_control(
         config.engine.clone(),
         config.model_control.clone(),
-        backends(&config),
+        all_backends,
     );
+    if let Some(python) = python {
+        python.set_service(Arc::new(EngineService {
+            engine: engine.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        }));
+    }
     let (stop, stopped) = watch::channel(false);
     let mut frontends = Vec::new();
     let http_addr = match config.http {
