@@ -63,6 +63,20 @@ impl PythonBackend {
     }
 }
 
+/// Triton unpacks a conda-pack archive for `EXECUTION_ENV_PATH`; Nereid
+/// takes the interpreter from one place, the command line, and says so.
+fn refuse_execution_env(config: &ModelConfig) -> Result<(), BackendError> {
+    match config.parameters.get("EXECUTION_ENV_PATH") {
+        None => Ok(()),
+        Some(p) => Err(BackendError::Unsupported(format!(
+            "model '{}': parameter EXECUTION_ENV_PATH ('{}') is not supported by Nereid; \
+             run Python models on an interpreter that has their packages with \
+             --backend-config=python,python-path=PATH",
+            config.name, p.string_value
+        ))),
+    }
+}
+
 /// The last line of a worker's `error` answer (the traceback's), else the
 /// frame itself.
 fn error_of(frame: &Value) -> String {
@@ -119,6 +133,7 @@ impl Backend for PythonBackend {
         model_path: &Path,
     ) -> Option<Result<ModelConfig, BackendError>> {
         let run = || {
+            refuse_execution_env(config)?;
             let label = format!("model '{}' (auto_complete_config)", config.name);
             let mut worker = self.spawn(&label)?;
             let request = json!({"op": "auto_complete", "model_file": model_path, "config": config_json(config)?});
@@ -140,6 +155,7 @@ impl Backend for PythonBackend {
             "model '{}' version {} instance {}",
             source.model_name, source.version, source.instance_index
         );
+        refuse_execution_env(&source.config)?;
         if let Device::Gpu(id) = source.device {
             return Err(BackendError::Unsupported(format!(
                 "{label}: asks for GPU {id}; Nereid's Python backend runs models on the CPU (use KIND_CPU)"

@@ -158,3 +158,18 @@ fn auto_complete_config_fills_the_config() {
         model.config
     );
 }
+
+#[test]
+fn execution_env_path_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let backends = vec![backend()];
+    let config = format!(
+        "{ADD_SUB}\nparameters {{ key: \"EXECUTION_ENV_PATH\" value: {{ string_value: \"$$TRITON_MODEL_DIRECTORY/env.tar.gz\" }} }}\n"
+    );
+    let repo = repository(dir.path(), "env", "add_sub", &config);
+    let err = resolve(&repo, "env", &backends).unwrap_err();
+    assert!(
+        err.contains("EXECUTION_ENV_PATH") && err.contains("python-path"),
+        "{err}"
+    );
+}
