@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use crate::instance::{PythonInstance, Service};
-use crate::worker::Worker;
+use crate::worker::{Launch, Worker};
 
 /// The file a version folder holds when the config names none.
 const DEFAULT_MODEL_FILENAME: &str = "model.py";
@@ -167,16 +167,15 @@ impl Backend for PythonBackend {
                 source.model_path.display()
             )));
         }
-        let mut worker = self.spawn(&label)?;
-        let request = json!({"op": "initialize", "model_file": source.model_path, "args": initialize_args(source)?});
-        let load = |e: crate::worker::WorkerError| BackendError::Load(format!("{label}: {e}"));
-        worker.send(&request).map_err(load)?;
-        let answer = worker.next(START_TIMEOUT).map_err(load)?;
-        if answer["op"] != "ready" {
-            return Err(BackendError::Load(error_of(&answer)));
-        }
-        Ok(Box::new(PythonInstance::new(
+        let launch = Launch {
+            python: self.python.clone(),
+            sources: self.sources.path().to_path_buf(),
             label,
+            initialize: json!({"op": "initialize", "model_file": source.model_path, "args": initialize_args(source)?}),
+        };
+        let worker = launch.start(START_TIMEOUT).map_err(BackendError::Load)?;
+        Ok(Box::new(PythonInstance::new(
+            launch,
             worker,
             Arc::clone(&self.service),
         )?))

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nereid_core::{
     BackendError, Batch, BatchRequest, DataType, InferRequest, InferService, InputTensor,
@@ -13,7 +13,15 @@ use nereid_core::{
 use serde_json::{Map, Value, json};
 
 use crate::shm::{Arena, Region, WorkerFiles};
-use crate::worker::{Worker, WorkerError};
+use crate::worker::{Launch, Worker, WorkerError};
+
+/// A worker that died this many times within [`DEATH_WINDOW`] is not
+/// started again: the model's requests fail until it is reloaded.
+const MAX_DEATHS: usize = 3;
+const DEATH_WINDOW: Duration = Duration::from_secs(60);
+
+/// How long a restarted worker may take to initialize.
+const RESTART_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How long one `execute` may take before the worker is given up on.
 const EXECUTE_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -27,6 +35,9 @@ pub(crate) type Service = Arc<OnceLock<Arc<dyn InferService>>>;
 pub struct PythonInstance {
     label: String,
     worker: Worker,
+    launch: Launch,
+    /// When the worker died, for the restart limit.
+    deaths: Vec<Instant>,
     arena: Arena,
     /// Where BLS answers' outputs go for the worker to copy.
     bls_arena: Arena,
@@ -45,10 +56,11 @@ impl std::fmt::Debug for PythonInstance {
 
 impl PythonInstance {
     pub(crate) fn new(
-        label: String,
+        launch: Launch,
         worker: Worker,
         service: Service,
     ) -> Result<Self, BackendError> {
+        let label = launch.label.clone();
         let shm_error =
             |e| BackendError::Load(format!("{label}: cannot create shared memory: {e}"));
         let arena = Arena::new(ARENA_START).map_err(shm_error)?;
@@ -56,6 +68,8 @@ impl PythonInstance {
         Ok(PythonInstance {
             label,
             worker,
+            launch,
+            deaths: Vec::new(),
             arena,
             bls_arena,
             files: WorkerFiles::default(),
@@ -324,14 +338,54 @@ impl RequestWise for PythonInstance {
         &mut self,
         requests: &[BatchRequest<'_>],
     ) -> Vec<Result<Vec<Tensor>, BackendError>> {
-        let answered = self
-            .execute_frame(requests)
-            .and_then(|frame| self.worker.send(&frame).map_err(|e| self.fail(e)))
-            .and_then(|()| self.answers(requests.len()));
+        let answered = self.ensure_worker().and_then(|()| {
+            self.execute_frame(requests)
+                .and_then(|frame| self.worker.send(&frame).map_err(|e| self.fail(e)))
+                .and_then(|()| self.answers(requests.len()))
+                .map_err(|e| self.note_death(e))
+        });
         match answered {
             Ok(results) => results,
             Err(e) => requests.iter().map(|_| Err(e.clone())).collect(),
         }
+    }
+}
+
+impl PythonInstance {
+    /// Starts the worker again if it died, unless it keeps dying.
+    fn ensure_worker(&mut self) -> Result<(), BackendError> {
+        if self.worker.is_alive() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        self.deaths
+            .retain(|t| now.duration_since(*t) < DEATH_WINDOW);
+        if self.deaths.len() >= MAX_DEATHS {
+            return Err(self.fail(format_args!(
+                "the Python worker died {} times within {:?}; it is not started again until the model is reloaded",
+                self.deaths.len(),
+                DEATH_WINDOW
+            )));
+        }
+        tracing::warn!(worker = %self.label, "restarting the Python worker");
+        self.worker = self
+            .launch
+            .start(RESTART_TIMEOUT)
+            .map_err(|e| self.fail(format_args!("the Python worker cannot be restarted: {e}")))?;
+        Ok(())
+    }
+
+    /// After a failed batch: if the worker is gone, counts its death and
+    /// says so in the error.
+    fn note_death(&mut self, error: BackendError) -> BackendError {
+        let Some(status) = self.worker.status() else {
+            return error;
+        };
+        self.deaths.push(Instant::now());
+        tracing::error!(worker = %self.label, %status, "the Python worker died");
+        self.fail(format_args!(
+            "the Python worker {status} while running this batch; it is started again for the next one"
+        ))
     }
 }
 

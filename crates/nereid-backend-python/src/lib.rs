@@ -12,7 +12,7 @@
 //!
 //! A model's BLS calls (`pb_utils.InferenceRequest(...).exec()`) go through
 //! the server the backend is connected to (`PythonBackend::set_service`).
-//! Not yet: restarting a worker that died. Like the other backends, this crate depends on `nereid-core`
+//! A worker that dies is started again, up to a limit. Like the other backends, this crate depends on `nereid-core`
 //! only.
 
 mod backend;

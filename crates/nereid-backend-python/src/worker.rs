@@ -28,6 +28,33 @@ pub(crate) enum WorkerError {
     Write(io::Error),
 }
 
+/// What starting an instance's worker takes, kept to start it again.
+#[derive(Debug, Clone)]
+pub(crate) struct Launch {
+    pub(crate) python: std::path::PathBuf,
+    pub(crate) sources: std::path::PathBuf,
+    pub(crate) label: String,
+    /// The `initialize` frame.
+    pub(crate) initialize: Value,
+}
+
+impl Launch {
+    /// Spawns a worker and initializes the model in it; the error is the
+    /// reason (the traceback's last line when `initialize` failed).
+    pub(crate) fn start(&self, timeout: Duration) -> Result<Worker, String> {
+        let mut worker =
+            Worker::spawn(&self.python, &self.sources, &self.label).map_err(|e| e.to_string())?;
+        worker.send(&self.initialize).map_err(|e| e.to_string())?;
+        let answer = worker.next(timeout).map_err(|e| e.to_string())?;
+        if answer["op"] == "ready" {
+            return Ok(worker);
+        }
+        Err(answer["message"]
+            .as_str()
+            .map_or_else(|| format!("unexpected answer {answer}"), str::to_owned))
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Worker {
     child: Child,
@@ -130,8 +157,13 @@ impl Worker {
         }
     }
 
+    /// Whether the process still runs.
+    pub(crate) fn is_alive(&mut self) -> bool {
+        self.status().is_none()
+    }
+
     /// How the process ended, if it has.
-    fn status(&mut self) -> Option<String> {
+    pub(crate) fn status(&mut self) -> Option<String> {
         match self.child.try_wait() {
             Ok(Some(status)) => Some(format!("exited ({status})")),
             Ok(None) => None,

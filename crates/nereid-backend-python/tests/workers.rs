@@ -173,3 +173,74 @@ fn execution_env_path_is_refused_with_the_reason() {
         "{err}"
     );
 }
+
+#[test]
+fn a_worker_that_dies_fails_its_batch_and_is_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let backends = vec![backend()];
+    let config = r#"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"#;
+    let repo = repository(dir.path(), "faulty", "faulty", config);
+    // A model that takes its process down, which a Python exception cannot.
+    let dies = r#"import json, os
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        if json.loads(requests[0].parameters()).get("mode") == "exit":
+            os._exit(3)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+"#;
+    std::fs::write(dir.path().join("faulty/1/model.py"), dies).unwrap();
+    let model = resolve(&repo, "faulty", &backends).unwrap();
+    let mut instance = backends[0].load(&source(&model)).unwrap();
+    let request = |mode: &str| {
+        let mut parameters = nereid_core::Parameters::new();
+        parameters.insert("mode".into(), nereid_core::Parameter::String(mode.into()));
+        InferRequest {
+            inputs: vec![InputTensor {
+                shape: vec![2],
+                ..f32_input("IN", &[1.0, 2.0])
+            }],
+            parameters,
+            ..Default::default()
+        }
+    };
+    let outputs = vec!["OUT".to_string()];
+    let mut run = |mode: &str| {
+        let r = request(mode);
+        let batch = [BatchRequest {
+            request: &r,
+            outputs: &outputs,
+        }];
+        instance
+            .as_request_wise()
+            .unwrap()
+            .execute_requests(&batch)
+            .pop()
+            .unwrap()
+    };
+    let err = run("exit").unwrap_err().to_string();
+    assert!(
+        err.contains("the Python worker exited") && err.contains("started again"),
+        "{err}"
+    );
+    let out = run("").unwrap();
+    assert_eq!(
+        f32s(&out[0].data),
+        [1.0, 2.0],
+        "the restarted worker answers"
+    );
+    run("exit").unwrap_err();
+    run("exit").unwrap_err();
+    let err = run("").unwrap_err().to_string();
+    assert!(
+        err.contains("died 3 times"),
+        "a worker that keeps dying is not restarted: {err}"
+    );
+}
