@@ -174,7 +174,10 @@ impl PythonInstance {
 
     fn response(&mut self, response: &Value) -> Result<Vec<Tensor>, BackendError> {
         if let Some(message) = response["error"]["message"].as_str() {
-            return Err(BackendError::Execute(message.to_owned()));
+            let kind = kind_of(response["error"]["code"].as_str().unwrap_or_default());
+            return Err(BackendError::Request(nereid_core::Error::new(
+                kind, message,
+            )));
         }
         response["outputs"]
             .as_array()
@@ -230,9 +233,17 @@ impl PythonInstance {
             Ok(request) => request,
             Err(e) => return error(e.to_string(), "INVALID_ARG"),
         };
+        let model = request.model_name.clone();
         let response = match service.infer_blocking(request) {
             Ok(response) => response,
-            Err(e) => return error(e.message().to_owned(), code_name(e.kind())),
+            // Triton's words for a failed BLS call.
+            Err(e) => {
+                let message = format!(
+                    "Model {model} - Error when running inference: {}",
+                    e.message()
+                );
+                return error(message, code_name(e.kind()));
+            }
         };
         let outputs: Result<Vec<Value>, std::io::Error> = response
             .outputs
@@ -290,6 +301,20 @@ impl PythonInstance {
             outputs,
             parameters: Parameters::new(),
         })
+    }
+}
+
+/// The error kind of a TritonError code name (INTERNAL for unknown ones).
+fn kind_of(code: &str) -> nereid_core::ErrorKind {
+    use nereid_core::ErrorKind as K;
+    match code {
+        "INVALID_ARG" => K::InvalidArgument,
+        "NOT_FOUND" => K::NotFound,
+        "UNAVAILABLE" => K::Unavailable,
+        "UNSUPPORTED" => K::Unsupported,
+        "ALREADY_EXISTS" => K::AlreadyExists,
+        "CANCELLED" => K::Cancelled,
+        _ => K::Internal,
     }
 }
 

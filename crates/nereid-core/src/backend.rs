@@ -31,6 +31,10 @@ pub enum BackendError {
     /// Running a batch failed.
     #[error("{0}")]
     Execute(String),
+    /// One request's own failure, with the kind its client should see (a
+    /// Python model's error response with a `TritonError` code).
+    #[error("{0}")]
+    Request(Error),
 }
 
 /// One input or output the model file declares. `dims` include the batch

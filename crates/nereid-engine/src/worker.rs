@@ -188,7 +188,10 @@ fn run_requests(
     ctx.stats.record_execution(inferences, times);
     for (job, result) in jobs.into_iter().zip(results) {
         let outputs = result
-            .map_err(|e| Error::internal(e.to_string()))
+            .map_err(|e| match e {
+                BackendError::Request(e) => e,
+                other => Error::internal(other.to_string()),
+            })
             .and_then(|outputs| pick(&job.request.outputs, outputs));
         match outputs {
             Ok(outputs) => {

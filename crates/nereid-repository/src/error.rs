@@ -232,6 +232,11 @@ pub enum ModelError {
     CannotDetermineBackend { model: String },
     #[error("failed to read inputs and outputs of '{}' for autofill: {source}", path.display())]
     Inspect { path: PathBuf, source: BackendError },
+    /// The model's own config completion failed (a Python model's
+    /// `auto_complete_config`, or its import); the reason is the model's,
+    /// as Triton reports it.
+    #[error("{source}")]
+    AutoComplete { path: PathBuf, source: BackendError },
     #[error(
         "autofill failed for model '{model}': model does not support batching while non-zero max_batch_size is specified (max_batch_size {max_batch_size})"
     )]

@@ -229,7 +229,7 @@ impl Repository {
                 None => Ok(None),
                 Some(result) => result
                     .map(Some)
-                    .map_err(|source| ModelError::Inspect { path, source }),
+                    .map_err(|source| ModelError::AutoComplete { path, source }),
             }
         };
         if let Some(completed) = completes_itself()? {
