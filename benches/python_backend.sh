@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The Python backend benchmark: the same model.py (the worker tests'
+# add_sub) on nereid and on the real Triton 2.51 (pytriton's tritonserver),
+# one after the other in one run, with perf_analyzer at c1 and c8 over gRPC
+# and HTTP; also each server's time from start to ready. Prints the table
+# (a report in docs/benchmarks.md comes with the rest of issue 12).
+#
+#   benches/python_backend.sh      # after `make setup-test`, scripts/setup-triton.sh
+#
+# Environment: PY_REQUESTS (requests per measurement window, 500),
+# NEREID_BIN (target/release/nereid).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+requests=${PY_REQUESTS:-500}
+nereid_bin=${NEREID_BIN:-target/release/nereid}
+pa=$root/.tools/perf_analyzer/perf_analyzer.sh
+readonly READY_TIMEOUT_S=120 PA_TIMEOUT_S=120 STOP_TIMEOUT_S=20
+BENCH_TAG=python
+# shellcheck source=benches/lib.sh
+source benches/lib.sh
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/nereid-python.XXXXXX")
+pid=
+cleanup() {
+  local rc=$?
+  stop_server "$pid"
+  rm -rf "$work"
+  exit "$rc"
+}
+trap cleanup EXIT
+
+# The model, with the lines Triton's isolated stub needs to find numpy
+# (scripts/run-triton.sh passes the venv's site-packages in PYTHONPATH).
+repo=$work/repo
+mkdir -p "$repo/add_sub/1"
+{
+  printf 'import os as _os, sys as _sys\nfor _p in reversed(_os.environ.get("PYTHONPATH", "").split(_os.pathsep)):\n    if _p and _p not in _sys.path:\n        _sys.path.insert(0, _p)\n'
+  cat crates/nereid-backend-python/python/tests/models/add_sub/1/model.py
+} >"$repo/add_sub/1/model.py"
+cat >"$repo/add_sub/config.pbtxt" <<'CONFIG'
+backend: "python"
+max_batch_size: 8
+dynamic_batching { }
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+CONFIG
+
+start() {
+  local http grpc metrics
+  read -r http grpc metrics <<<"$(free_ports)"
+  case $1 in
+    nereid)
+      "$nereid_bin" --model-repository "$repo" --http-port "$http" --grpc-port "$grpc" \
+        --metrics-port "$metrics" --http-address 127.0.0.1 --grpc-address 127.0.0.1 \
+        --metrics-address 127.0.0.1 --backend-config="python,python-path=$root/.venv/bin/python" \
+        >"$work/$1.log" 2>&1 &
+      ;;
+    triton)
+      TRITON_HTTP_PORT=$http TRITON_GRPC_PORT=$grpc TRITON_METRICS_PORT=$metrics \
+        scripts/run-triton.sh "$repo" >"$work/$1.log" 2>&1 &
+      ;;
+  esac
+  pid=$! grpc_port=$grpc http_port=$http
+  local t0
+  t0=$(now_ms)
+  until curl -sf -o /dev/null "http://127.0.0.1:$http/v2/health/ready"; do
+    kill -0 "$pid" 2>/dev/null || { tail -n 30 "$work/$1.log" >&2; die "$1 exited"; }
+    (($(now_ms) - t0 < READY_TIMEOUT_S * 1000)) || { tail -n 30 "$work/$1.log" >&2; die "$1 not ready"; }
+    sleep 0.02
+  done
+  log "$1 ready in $(($(now_ms) - t0)) ms"
+}
+
+for server in nereid triton; do
+  start "$server"
+  for protocol in grpc http; do
+    port=$grpc_port
+    [ "$protocol" = http ] && port=$http_port
+    for c in 1 8; do
+      csv=$work/${server}_${protocol}_c$c.csv
+      if timeout "$PA_TIMEOUT_S" "$pa" -m add_sub -i "$protocol" -u "127.0.0.1:$port" -b 1 \
+        --concurrency-range "$c" --measurement-mode count_windows \
+        --measurement-request-count "$requests" -s 50 -r 5 -f "$csv" >"$csv.log" 2>&1; then
+        log "$server $protocol c$c: $(awk -F, 'NR == 2 { printf "%.0f infer/s, p50 %d us", $2, $10 }' "$csv")"
+      else
+        log "$server $protocol c$c: perf_analyzer failed: $(tail -n 2 "$csv.log" | tr '\n' ' ')"
+      fi
+    done
+  done
+  stop_server "$pid"
+  pid=
+done
