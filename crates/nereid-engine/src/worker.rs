@@ -10,7 +10,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 use nereid_core::{
     Backend, BackendError, BatchRequest, Error, InferResponse, ModelInstance, ModelSource,
-    Parameters, RequestWise,
+    Parameters, RequestWise, Tensor,
 };
 use nereid_scheduler::{Dispatch, Pending, SlotPermit};
 
@@ -125,16 +125,7 @@ fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, dispatch: Di
             let inferences = jobs.iter().map(|j| j.request.batch_size).sum();
             ctx.stats.record_execution(inferences, times);
             for (job, outputs) in jobs.into_iter().zip(per_request) {
-                ctx.stats
-                    .record_success(job.enqueued.elapsed(), started - job.enqueued, times);
-                let response = InferResponse {
-                    model_name: ctx.model_name.clone(),
-                    model_version: ctx.version,
-                    id: job.request.request.id.clone(),
-                    outputs,
-                    parameters: Parameters::new(),
-                };
-                job.answer(Ok(response));
+                answer(ctx, job, Ok(outputs), started, times);
             }
         }
         Err(e) => {
@@ -168,16 +159,13 @@ fn run_requests(
     drop(permit);
     let executed = Instant::now();
     if results.len() != jobs.len() {
-        let e = Error::internal(format!(
+        let e = BackendError::Execute(format!(
             "model '{}' answered {} of {} requests",
             ctx.model_name,
             results.len(),
             jobs.len()
         ));
-        results = jobs
-            .iter()
-            .map(|_| Err(BackendError::Execute(e.to_string())))
-            .collect();
+        results = jobs.iter().map(|_| Err(e.clone())).collect();
     }
     let times = ComputeTimes {
         input: std::time::Duration::ZERO,
@@ -193,23 +181,34 @@ fn run_requests(
                 other => Error::internal(other.to_string()),
             })
             .and_then(|outputs| pick(&job.request.outputs, outputs));
-        match outputs {
-            Ok(outputs) => {
-                ctx.stats
-                    .record_success(job.enqueued.elapsed(), started - job.enqueued, times);
-                let response = InferResponse {
-                    model_name: ctx.model_name.clone(),
-                    model_version: ctx.version,
-                    id: job.request.request.id.clone(),
-                    outputs,
-                    parameters: Parameters::new(),
-                };
-                job.answer(Ok(response));
-            }
-            Err(e) => {
-                ctx.stats.record_failure(job.enqueued.elapsed());
-                job.answer(Err(e));
-            }
+        answer(ctx, job, outputs, started, times);
+    }
+}
+
+/// Answers one job of a batch that started at `started`, counting it.
+fn answer(
+    ctx: &WorkerContext,
+    job: Job,
+    outputs: Result<Vec<Tensor>, Error>,
+    started: Instant,
+    times: ComputeTimes,
+) {
+    match outputs {
+        Ok(outputs) => {
+            ctx.stats
+                .record_success(job.enqueued.elapsed(), started - job.enqueued, times);
+            let response = InferResponse {
+                model_name: ctx.model_name.clone(),
+                model_version: ctx.version,
+                id: job.request.request.id.clone(),
+                outputs,
+                parameters: Parameters::new(),
+            };
+            job.answer(Ok(response));
+        }
+        Err(e) => {
+            ctx.stats.record_failure(job.enqueued.elapsed());
+            job.answer(Err(e));
         }
     }
 }
