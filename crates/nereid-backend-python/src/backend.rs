@@ -56,11 +56,6 @@ impl PythonBackend {
     pub fn set_service(&self, service: Arc<dyn InferService>) {
         let _ = self.service.set(service);
     }
-
-    fn spawn(&self, label: &str) -> Result<Worker, BackendError> {
-        Worker::spawn(&self.python, self.sources.path(), label)
-            .map_err(|e| BackendError::Load(format!("{label}: {e}")))
-    }
 }
 
 /// Triton unpacks a conda-pack archive for `EXECUTION_ENV_PATH`; Nereid
@@ -75,14 +70,6 @@ fn refuse_execution_env(config: &ModelConfig) -> Result<(), BackendError> {
             config.name, p.string_value
         ))),
     }
-}
-
-/// The last line of a worker's `error` answer (the traceback's), else the
-/// frame itself.
-fn error_of(frame: &Value) -> String {
-    frame["message"]
-        .as_str()
-        .map_or_else(|| format!("unexpected answer {frame}"), str::to_owned)
 }
 
 fn config_json(config: &ModelConfig) -> Result<Value, BackendError> {
@@ -135,14 +122,16 @@ impl Backend for PythonBackend {
         let run = || {
             refuse_execution_env(config)?;
             let label = format!("model '{}' (auto_complete_config)", config.name);
-            let mut worker = self.spawn(&label)?;
             let request = json!({"op": "auto_complete", "model_file": model_path, "config": config_json(config)?});
-            let load = |e: crate::worker::WorkerError| BackendError::Load(format!("{label}: {e}"));
-            worker.send(&request).map_err(load)?;
-            let answer = worker.next(START_TIMEOUT).map_err(load)?;
-            if answer["op"] != "config" {
-                return Err(BackendError::Load(error_of(&answer)));
-            }
+            let (_worker, answer) = Worker::start(
+                &self.python,
+                self.sources.path(),
+                &label,
+                &request,
+                "config",
+                START_TIMEOUT,
+            )
+            .map_err(BackendError::Load)?;
             model_config_from_json(&answer["config"].to_string()).map_err(|e| {
                 BackendError::Load(format!("{label}: the completed config is not valid: {e}"))
             })

@@ -39,19 +39,17 @@ pub(crate) struct Launch {
 }
 
 impl Launch {
-    /// Spawns a worker and initializes the model in it; the error is the
-    /// reason (the traceback's last line when `initialize` failed).
+    /// Spawns a worker and initializes the model in it.
     pub(crate) fn start(&self, timeout: Duration) -> Result<Worker, String> {
-        let mut worker =
-            Worker::spawn(&self.python, &self.sources, &self.label).map_err(|e| e.to_string())?;
-        worker.send(&self.initialize).map_err(|e| e.to_string())?;
-        let answer = worker.next(timeout).map_err(|e| e.to_string())?;
-        if answer["op"] == "ready" {
-            return Ok(worker);
-        }
-        Err(answer["message"]
-            .as_str()
-            .map_or_else(|| format!("unexpected answer {answer}"), str::to_owned))
+        let (worker, _) = Worker::start(
+            &self.python,
+            &self.sources,
+            &self.label,
+            &self.initialize,
+            "ready",
+            timeout,
+        )?;
+        Ok(worker)
     }
 }
 
@@ -111,6 +109,31 @@ impl Worker {
             frames,
             label: label.to_owned(),
         })
+    }
+
+    /// Spawns a worker, sends it `first` and waits for an answer of op
+    /// `expect`. The error is the reason: the model's own (the traceback's
+    /// last line) when the worker answered `error`, else what went wrong
+    /// with the worker, naming `label`.
+    pub(crate) fn start(
+        python: &Path,
+        sources: &Path,
+        label: &str,
+        first: &Value,
+        expect: &str,
+        timeout: Duration,
+    ) -> Result<(Self, Value), String> {
+        let mut worker =
+            Worker::spawn(python, sources, label).map_err(|e| format!("{label}: {e}"))?;
+        worker.send(first).map_err(|e| format!("{label}: {e}"))?;
+        let answer = worker.next(timeout).map_err(|e| format!("{label}: {e}"))?;
+        if answer["op"] == expect {
+            return Ok((worker, answer));
+        }
+        Err(answer["message"].as_str().map_or_else(
+            || format!("{label}: unexpected answer {answer}"),
+            str::to_owned,
+        ))
     }
 
     pub(crate) fn send(&mut self, message: &Value) -> Result<(), WorkerError> {
