@@ -16,7 +16,7 @@
 //! default size).
 
 use nereid_core::BackendError;
-use nereid_core::model_config::ModelConfig;
+use nereid_core::model_config::{ModelConfig, parse_bool_parameter};
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 
 /// What a config asks of an ONNX Runtime session. `None` leaves ONNX
@@ -69,7 +69,9 @@ impl SessionSettings {
         };
         let flag = |key: &str| -> Result<Option<bool>, BackendError> {
             param(key)
-                .map(|v| parse_bool(v).ok_or_else(|| bad(key, v, "1/0, true/false, on/off")))
+                .map(|v| {
+                    parse_bool_parameter(v).ok_or_else(|| bad(key, v, "1/0, true/false, on/off"))
+                })
                 .transpose()
         };
         let parallel_execution = match param("execution_mode") {
@@ -143,15 +145,6 @@ fn optimization_level(level: i32) -> GraphOptimizationLevel {
         1 => GraphOptimizationLevel::Level2,
         2 => GraphOptimizationLevel::Disable,
         _ => GraphOptimizationLevel::All,
-    }
-}
-
-/// Triton's boolean spellings.
-fn parse_bool(value: &str) -> Option<bool> {
-    match value.to_ascii_lowercase().as_str() {
-        "1" | "true" | "on" | "yes" => Some(true),
-        "0" | "false" | "off" | "no" => Some(false),
-        _ => None,
     }
 }
 

@@ -7,7 +7,7 @@
 //! Triton; unknown keys are ignored.
 
 use nereid_core::BackendError;
-use nereid_core::model_config::ModelConfig;
+use nereid_core::model_config::{ModelConfig, parse_bool_parameter};
 
 use crate::ffi::ExecOptions;
 
@@ -72,7 +72,8 @@ impl Reader<'_> {
     fn flag(&self, key: &str) -> Result<Option<bool>, BackendError> {
         self.value(key)
             .map(|v| {
-                parse_bool(v).ok_or_else(|| self.bad(key, v, "true/false, 1/0, on/off or yes/no"))
+                parse_bool_parameter(v)
+                    .ok_or_else(|| self.bad(key, v, "true/false, 1/0, on/off or yes/no"))
             })
             .transpose()
     }
@@ -90,15 +91,6 @@ impl Reader<'_> {
                 .map_err(|_| self.bad(key, v, "a thread count")),
             Err(_) => Err(self.bad(key, v, "an integer")),
         }
-    }
-}
-
-/// Triton's `ParseBoolValue` spellings.
-fn parse_bool(value: &str) -> Option<bool> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "1" | "on" | "yes" => Some(true),
-        "false" | "0" | "off" | "no" => Some(false),
-        _ => None,
     }
 }
 

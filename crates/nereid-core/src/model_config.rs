@@ -12,3 +12,14 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 
 /// Full protobuf name of the `ModelConfig` message.
 pub const MODEL_CONFIG_MESSAGE: &str = "inference.ModelConfig";
+
+/// A boolean model parameter (`parameters { key: "..." value: {
+/// string_value: "on" } }`) in the spellings Triton's backends accept
+/// (`ParseBoolValue`): true/false, 1/0, on/off, yes/no, in any case.
+pub fn parse_bool_parameter(value: &str) -> Option<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "on" | "yes" => Some(true),
+        "false" | "0" | "off" | "no" => Some(false),
+        _ => None,
+    }
+}
