@@ -73,13 +73,7 @@ start() {
       ;;
   esac
   pid=$! port=$grpc
-  local t0
-  t0=$(now_ms)
-  until curl -sf -o /dev/null "http://127.0.0.1:$http/v2/health/ready"; do
-    kill -0 "$pid" 2>/dev/null || { tail -n 30 "$work/$1.log" >&2; die "$1 exited"; }
-    (($(now_ms) - t0 < READY_TIMEOUT_S * 1000)) || { tail -n 30 "$work/$1.log" >&2; die "$1 not ready"; }
-    sleep 0.05
-  done
+  wait_ready "$pid" "http://127.0.0.1:$http/v2/health/ready" "$work/$1.log" "$1"
 }
 
 for server in $servers; do

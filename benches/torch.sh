@@ -73,13 +73,7 @@ read -r http grpc metrics <<<"$(free_ports)"
   --http-port "$http" --grpc-port "$grpc" --metrics-port "$metrics" --http-address 127.0.0.1 \
   --grpc-address 127.0.0.1 --metrics-address 127.0.0.1 >"$work/nereid.log" 2>&1 &
 pid=$!
-t0=$(now_ms)
-until curl -sf -o /dev/null "http://127.0.0.1:$http/v2/health/ready"; do
-  kill -0 "$pid" 2>/dev/null || { tail -n 30 "$work/nereid.log" >&2; die "nereid exited"; }
-  (($(now_ms) - t0 < READY_TIMEOUT_S * 1000)) || { tail -n 30 "$work/nereid.log" >&2; die "nereid not ready"; }
-  sleep 0.05
-done
-log "nereid ready in $(($(now_ms) - t0)) ms"
+wait_ready "$pid" "http://127.0.0.1:$http/v2/health/ready" "$work/nereid.log" nereid
 
 for ((round = 1; round <= rounds; round++)); do
 for c in "${concurrencies[@]}"; do
