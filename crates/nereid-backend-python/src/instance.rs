@@ -26,6 +26,10 @@ const RESTART_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long one `execute` may take before the worker is given up on.
 const EXECUTE_TIMEOUT: Duration = Duration::from_secs(3600);
 
+/// How often a running `execute` is checked for requests whose clients
+/// stopped waiting, which the worker is then told of (`is_cancelled()`).
+const CANCEL_POLL: Duration = Duration::from_millis(20);
+
 /// Room for the first batch's inputs; the arena grows past it as needed.
 const ARENA_START: usize = 1 << 20;
 
@@ -128,16 +132,43 @@ impl PythonInstance {
         }))
     }
 
-    /// Reads the worker's answer to an execute of `count` requests.
+    /// Reads the worker's answer to an execute of `requests`, whose ids
+    /// run up to `self.next_id`; meanwhile runs the worker's BLS calls and
+    /// tells it of requests whose clients stopped waiting.
     fn answers(
         &mut self,
-        count: usize,
+        requests: &[BatchRequest<'_>],
     ) -> Result<Vec<Result<Vec<Tensor>, BackendError>>, BackendError> {
+        let count = requests.len();
+        let first_id = self.next_id + 1 - count as u64;
+        let mut told = vec![false; count];
+        let deadline = Instant::now() + EXECUTE_TIMEOUT;
         let frame = loop {
-            let frame = self
-                .worker
-                .next(EXECUTE_TIMEOUT)
-                .map_err(|e| self.fail(e))?;
+            let cancelled: Vec<String> = (0u64..)
+                .zip(requests)
+                .zip(&mut told)
+                .filter(|((_, r), told)| !**told && (r.cancelled)())
+                .map(|((i, _), told)| {
+                    *told = true;
+                    (first_id + i).to_string()
+                })
+                .collect();
+            if !cancelled.is_empty() {
+                let cancel = json!({"op": "cancel", "request_ids": cancelled});
+                self.worker.send(&cancel).map_err(|e| self.fail(e))?;
+            }
+            let wait = CANCEL_POLL.min(deadline.saturating_duration_since(Instant::now()));
+            let frame = match self.worker.next(wait) {
+                Ok(frame) => frame,
+                Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
+                Err(e) if e.is_timeout() => {
+                    self.worker.kill();
+                    return Err(self.fail(format_args!(
+                        "the Python worker did not answer within {EXECUTE_TIMEOUT:?} and was stopped"
+                    )));
+                }
+                Err(e) => return Err(self.fail(e)),
+            };
             if frame["op"] == "bls" {
                 let response = self.bls(&frame["request"]);
                 let answer =
@@ -299,9 +330,31 @@ impl PythonInstance {
             id: r["request_id"].as_str().unwrap_or_default().to_owned(),
             inputs,
             outputs,
-            parameters: Parameters::new(),
+            parameters: bls_parameters(&r["parameters"]),
         })
     }
+}
+
+/// A BLS request's parameters (the worker allows bool, int and str values).
+fn bls_parameters(parameters: &Value) -> Parameters {
+    let Some(map) = parameters.as_object() else {
+        return Parameters::new();
+    };
+    map.iter()
+        .filter_map(|(k, v)| {
+            let v = match v {
+                Value::Bool(b) => Parameter::Bool(*b),
+                Value::String(s) => Parameter::String(s.clone()),
+                Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+                    (Some(i), _) => Parameter::Int64(i),
+                    (None, Some(u)) => Parameter::Uint64(u),
+                    (None, None) => Parameter::Double(n.as_f64()?),
+                },
+                _ => return None,
+            };
+            Some((k.clone(), v))
+        })
+        .collect()
 }
 
 /// The error kind of a TritonError code name (INTERNAL for unknown ones).
@@ -366,7 +419,7 @@ impl RequestWise for PythonInstance {
         let answered = self.ensure_worker().and_then(|()| {
             self.execute_frame(requests)
                 .and_then(|frame| self.worker.send(&frame).map_err(|e| self.fail(e)))
-                .and_then(|()| self.answers(requests.len()))
+                .and_then(|()| self.answers(requests))
                 .map_err(|e| self.note_death(e))
         });
         match answered {
@@ -385,19 +438,21 @@ impl PythonInstance {
         let now = Instant::now();
         self.deaths
             .retain(|t| now.duration_since(*t) < DEATH_WINDOW);
-        if self.deaths.len() >= MAX_DEATHS {
-            return Err(self.fail(format_args!(
-                "the Python worker died {} times within {:?}; it is not started again until the model is reloaded",
-                self.deaths.len(),
-                DEATH_WINDOW
-            )));
+        if let Some(reason) = self.failure() {
+            return Err(BackendError::Execute(reason));
         }
         tracing::warn!(worker = %self.label, "restarting the Python worker");
-        self.worker = self
-            .launch
-            .start(RESTART_TIMEOUT)
-            .map_err(|e| self.fail(format_args!("the Python worker cannot be restarted: {e}")))?;
-        Ok(())
+        match self.launch.start(RESTART_TIMEOUT) {
+            Ok(worker) => {
+                self.worker = worker;
+                Ok(())
+            }
+            Err(e) => {
+                // A worker that cannot start again counts as one more death.
+                self.deaths.push(Instant::now());
+                Err(self.fail(format_args!("the Python worker cannot be restarted: {e}")))
+            }
+        }
     }
 
     /// After a failed batch: if the worker is gone, counts its death and
@@ -417,6 +472,21 @@ impl PythonInstance {
 impl ModelInstance for PythonInstance {
     fn as_request_wise(&mut self) -> Option<&mut dyn RequestWise> {
         Some(self)
+    }
+
+    fn failure(&self) -> Option<String> {
+        let now = Instant::now();
+        let recent = self
+            .deaths
+            .iter()
+            .filter(|t| now.duration_since(**t) < DEATH_WINDOW)
+            .count();
+        (recent >= MAX_DEATHS).then(|| {
+            format!(
+                "{}: the Python worker died {recent} times within {DEATH_WINDOW:?}; load the model again to restart it",
+                self.label
+            )
+        })
     }
 
     /// A gathered batch runs as one request (the engine hands this backend
@@ -439,6 +509,7 @@ impl ModelInstance for PythonInstance {
         let requests = [BatchRequest {
             request: &request,
             outputs: &batch.outputs,
+            cancelled: &|| false,
         }];
         self.execute_requests(&requests)
             .pop()

@@ -1,16 +1,19 @@
 //! One Python worker process: spawned with the unpacked sources on its
-//! PYTHONPATH, its stderr copied to the log line by line, its stdout read
-//! by a thread into a channel of frames, so the server never blocks on a
-//! worker that writes while the server writes.
+//! PYTHONPATH, frames going to its stdin and coming from its stdout, its
+//! stderr copied to the log line by line. The instance thread talks to it
+//! directly: it writes a frame, then reads the worker's frames itself,
+//! waiting with `poll` for a timeout, so no thread sits between the two.
+//! (Pipes, not a socket pair: on Linux a pipe's round trip is about half
+//! a Unix socket's.)
 
 use std::io::{self, BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::frame::{read_frame, write_frame};
+use crate::frame::{FrameReader, write_frame};
 
 /// How long a worker may take to finish after `finalize` before it is killed.
 const FINALIZE_GRACE: Duration = Duration::from_secs(10);
@@ -26,6 +29,12 @@ pub(crate) enum WorkerError {
     Timeout(Duration),
     #[error("cannot write to the Python worker: {0}")]
     Write(io::Error),
+}
+
+impl WorkerError {
+    pub(crate) fn is_timeout(&self) -> bool {
+        matches!(self, WorkerError::Timeout(_))
+    }
 }
 
 /// What starting an instance's worker takes, kept to start it again.
@@ -57,7 +66,7 @@ impl Launch {
 pub(crate) struct Worker {
     child: Child,
     stdin: ChildStdin,
-    frames: crossbeam_channel::Receiver<io::Result<Value>>,
+    frames: FrameReader<ChildStdout>,
     /// "model 'm' version 1 instance 0", for the log.
     label: String,
 }
@@ -81,19 +90,6 @@ impl Worker {
         else {
             return Err(WorkerError::Gone("started without its pipes".into()));
         };
-        let (tx, frames) = crossbeam_channel::unbounded();
-        let mut stdout = BufReader::new(stdout);
-        std::thread::Builder::new()
-            .name(format!("py-out-{}", child.id()))
-            .spawn(move || {
-                while let Some(frame) = read_frame(&mut stdout).transpose() {
-                    let failed = frame.is_err();
-                    if tx.send(frame).is_err() || failed {
-                        break;
-                    }
-                }
-            })
-            .map_err(|e| WorkerError::Gone(format!("has no reader thread: {e}")))?;
         let log_label = label.to_owned();
         std::thread::Builder::new()
             .name(format!("py-err-{}", child.id()))
@@ -106,7 +102,7 @@ impl Worker {
         Ok(Worker {
             child,
             stdin,
-            frames,
+            frames: FrameReader::new(stdout),
             label: label.to_owned(),
         })
     }
@@ -144,24 +140,54 @@ impl Worker {
     }
 
     /// The next frame other than a `log` (logged here), waiting at most
-    /// `timeout`.
+    /// `timeout`. A timeout loses nothing: the next call goes on reading.
     pub(crate) fn next(&mut self, timeout: Duration) -> Result<Value, WorkerError> {
         let deadline = Instant::now() + timeout;
         loop {
+            let broken = |e: io::Error| WorkerError::Gone(format!("sent a broken frame: {e}"));
+            if let Some(frame) = self.frames.take().map_err(broken)? {
+                if frame["op"] == "log" {
+                    self.log(&frame);
+                    continue;
+                }
+                return Ok(frame);
+            }
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.frames.recv_timeout(left) {
-                Ok(Ok(frame)) if frame["op"] == "log" => self.log(&frame),
-                Ok(Ok(frame)) => return Ok(frame),
-                Ok(Err(e)) => return Err(WorkerError::Gone(format!("sent a broken frame: {e}"))),
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                    return Err(WorkerError::Timeout(timeout));
-                }
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    let status = self.wait_status(Duration::from_secs(2));
-                    return Err(WorkerError::Gone(status));
-                }
+            if !self.readable(left).map_err(broken)? {
+                return Err(WorkerError::Timeout(timeout));
+            }
+            if !self.frames.fill().map_err(broken)? {
+                let status = self.wait_status(Duration::from_secs(2));
+                return Err(WorkerError::Gone(match self.frames.is_mid_frame() {
+                    true => format!("{status} in the middle of a frame"),
+                    false => status,
+                }));
             }
         }
+    }
+
+    /// Waits up to `timeout` for the worker's stdout to have data (or to
+    /// end).
+    fn readable(&self, timeout: Duration) -> io::Result<bool> {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let timeout = Timespec::try_from(timeout).unwrap_or(Timespec {
+            tv_sec: i64::MAX,
+            tv_nsec: 0,
+        });
+        let mut fds = [PollFd::new(self.frames.get_ref(), PollFlags::IN)];
+        loop {
+            match poll(&mut fds, Some(&timeout)) {
+                Ok(ready) => return Ok(ready > 0),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Kills the worker (after a timeout its stream is out of step).
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     fn log(&self, frame: &Value) {
@@ -212,8 +238,7 @@ impl Worker {
             let _ = self.next(FINALIZE_GRACE);
         }
         if self.wait_status(FINALIZE_GRACE).starts_with("closed") {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            self.kill();
         }
         remove_leftovers(self.child.id());
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use nereid_backend_python::PythonBackend;
 use nereid_core::{
-    Backend, BatchRequest, DataType, Device, InferRequest, InputTensor, ModelSource,
+    Backend, BatchRequest, DataType, Device, InferRequest, InputTensor, ModelInstance, ModelSource,
 };
 use nereid_repository::{Repository, ResolvedModel};
 
@@ -114,6 +114,7 @@ fn a_batch_runs_as_its_requests_in_one_worker_call() {
         .map(|r| BatchRequest {
             request: r,
             outputs: &outputs,
+            cancelled: &|| false,
         })
         .collect();
     let results = instance.as_request_wise().unwrap().execute_requests(&batch);
@@ -212,11 +213,12 @@ class TritonPythonModel:
         }
     };
     let outputs = vec!["OUT".to_string()];
-    let mut run = |mode: &str| {
+    let run = |instance: &mut Box<dyn ModelInstance>, mode: &str| {
         let r = request(mode);
         let batch = [BatchRequest {
             request: &r,
             outputs: &outputs,
+            cancelled: &|| false,
         }];
         instance
             .as_request_wise()
@@ -225,22 +227,76 @@ class TritonPythonModel:
             .pop()
             .unwrap()
     };
-    let err = run("exit").unwrap_err().to_string();
+    let err = run(&mut instance, "exit").unwrap_err().to_string();
     assert!(
         err.contains("the Python worker exited") && err.contains("started again"),
         "{err}"
     );
-    let out = run("").unwrap();
+    let out = run(&mut instance, "").unwrap();
     assert_eq!(
         f32s(&out[0].data),
         [1.0, 2.0],
         "the restarted worker answers"
     );
-    run("exit").unwrap_err();
-    run("exit").unwrap_err();
-    let err = run("").unwrap_err().to_string();
+    run(&mut instance, "exit").unwrap_err();
+    assert_eq!(instance.failure(), None, "two deaths are restarted");
+    run(&mut instance, "exit").unwrap_err();
+    let failure = instance.failure().unwrap_or_default();
+    assert!(failure.contains("died 3 times"), "{failure}");
+    let err = run(&mut instance, "").unwrap_err().to_string();
     assert!(
         err.contains("died 3 times"),
         "a worker that keeps dying is not restarted: {err}"
     );
+}
+
+#[test]
+fn a_client_that_stops_waiting_is_seen_by_is_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let backends = vec![backend()];
+    let config = r#"
+backend: "python"
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
+"#;
+    let repo = repository(dir.path(), "cancellable", "cancellable", config);
+    let model = resolve(&repo, "cancellable", &backends).unwrap();
+    let mut instance = backends[0].load(&source(&model)).unwrap();
+    let requests: Vec<InferRequest> = (0..2)
+        .map(|i| InferRequest {
+            inputs: vec![f32_input("IN", &[i as f32, 1.0])],
+            ..Default::default()
+        })
+        .collect();
+    let outputs = vec!["OUT".to_string()];
+    // The first client goes away 100 ms into the execute; the model waits
+    // for that (up to 10 s) and answers it CANCELLED, the other normally.
+    let started = std::time::Instant::now();
+    let gone = move || started.elapsed() > std::time::Duration::from_millis(100);
+    let batch = [
+        BatchRequest {
+            request: &requests[0],
+            outputs: &outputs,
+            cancelled: &gone,
+        },
+        BatchRequest {
+            request: &requests[1],
+            outputs: &outputs,
+            cancelled: &|| false,
+        },
+    ];
+    let mut results = instance
+        .as_request_wise()
+        .unwrap()
+        .execute_requests(&batch)
+        .into_iter();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "the model saw the cancellation"
+    );
+    let first = results.next().unwrap().unwrap_err().to_string();
+    assert!(first.contains("request cancelled"), "{first}");
+    let second = results.next().unwrap().unwrap();
+    assert_eq!(f32s(&second[0].data), [1.0, 1.0]);
 }

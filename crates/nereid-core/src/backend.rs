@@ -141,15 +141,36 @@ pub trait ModelInstance: Send {
     fn as_request_wise(&mut self) -> Option<&mut dyn RequestWise> {
         None
     }
+
+    /// Why the instance can run nothing more, once that is so (a Python
+    /// worker that keeps dying); the engine then shows its model version
+    /// UNAVAILABLE with this reason until the model is loaded again.
+    /// `None`, the default, means it still serves.
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }
 
 /// One request of a batch, as a request-wise instance receives it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct BatchRequest<'a> {
     pub request: &'a InferRequest,
     /// The outputs to return, in the order the client asked (every output
     /// of the model when it named none).
     pub outputs: &'a [String],
+    /// Whether the client has stopped waiting for this request (closed its
+    /// connection, cancelled the RPC); it may change while the batch runs.
+    pub cancelled: &'a dyn Fn() -> bool,
+}
+
+impl std::fmt::Debug for BatchRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchRequest")
+            .field("request", &self.request)
+            .field("outputs", &self.outputs)
+            .field("cancelled", &(self.cancelled)())
+            .finish()
+    }
 }
 
 /// An instance that runs a batch request by request and answers each on

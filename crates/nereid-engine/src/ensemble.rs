@@ -237,9 +237,16 @@ fn composing(registry: &Registry, model: &str, version: i64) -> Composing {
         return Composing::Missing;
     };
     let loaded = if version < 0 {
-        entry.versions.values().rev().find_map(|v| v.loaded.clone())
+        entry
+            .versions
+            .values()
+            .rev()
+            .find_map(|v| v.serving().cloned())
     } else {
-        entry.versions.get(&version).and_then(|v| v.loaded.clone())
+        entry
+            .versions
+            .get(&version)
+            .and_then(|v| v.serving().cloned())
     };
     match (loaded, &entry.failure) {
         (Some(loaded), _) => Composing::Loaded(Arc::clone(&loaded.config)),

@@ -271,7 +271,7 @@ impl Engine {
         let loaded = registry.resolve(name, version)?;
         let ready: Vec<i64> = registry
             .loaded()
-            .filter(|(n, _)| *n == name)
+            .filter(|(n, l)| *n == name && l.failure().is_none())
             .map(|(_, l)| l.version)
             .collect();
         Ok(ModelMetadata::new(&loaded.config, &ready))

@@ -248,7 +248,8 @@ fn plan_for(current: &ModelEntry, config: &ModelConfig, targets: &[Target], forc
         .versions
         .iter()
         .filter_map(|(&v, e)| {
-            let loaded = e.loaded.as_ref()?;
+            // A version that can serve no more is loaded again.
+            let loaded = e.serving()?;
             Some((
                 v,
                 Serving {

@@ -2,7 +2,7 @@
 //! scheduler, its statistics. Dropping the last handle closes the queue; the
 //! workers finish what was queued, then drop their instances.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use nereid_core::model_config::ModelConfig;
@@ -28,6 +28,8 @@ pub struct LoadedVersion {
     pub version: i64,
     pub config: Arc<ModelConfig>,
     pub stats: Arc<ModelStats>,
+    /// Set when an instance can serve no more (see `ModelInstance::failure`).
+    failure: Arc<OnceLock<String>>,
     runner: Runner,
 }
 
@@ -74,11 +76,13 @@ impl LoadedVersion {
         let instances = sources.len();
         let (queue_tx, queue_rx) = crossbeam_channel::bounded(QUEUE_PER_INSTANCE * instances);
         let stats = Arc::new(ModelStats::default());
+        let failure = Arc::new(OnceLock::new());
         let ctx = Arc::new(WorkerContext {
             model_name: config.name.clone(),
             version,
             batching: config.max_batch_size > 0,
             stats: Arc::clone(&stats),
+            failure: Arc::clone(&failure),
         });
         start_workers(backend, sources, ctx, &queue_rx)?;
         let order = batching
@@ -96,6 +100,7 @@ impl LoadedVersion {
             version,
             config,
             stats,
+            failure,
             runner: Runner::Instances { scheduler, order },
         })
     }
@@ -113,12 +118,19 @@ impl LoadedVersion {
             version,
             config,
             stats: Arc::new(ModelStats::default()),
+            failure: Arc::default(),
             runner: Runner::Ensemble {
                 pipeline,
                 composer,
                 models,
             },
         }
+    }
+
+    /// Why the version can serve no more, once one of its instances said
+    /// so; the registry then shows it UNAVAILABLE with this reason.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.get().map(String::as_str)
     }
 
     /// The models an ensemble's steps use; `None` for any other model.

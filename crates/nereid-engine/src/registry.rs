@@ -63,6 +63,20 @@ impl VersionEntry {
         }
     }
 
+    /// The handle requests go to: the loaded one, unless one of its
+    /// instances can serve no more.
+    pub fn serving(&self) -> Option<&Arc<LoadedVersion>> {
+        self.loaded.as_ref().filter(|l| l.failure().is_none())
+    }
+
+    /// The state and reason the index and readiness show.
+    pub fn shown(&self) -> (ModelState, &str) {
+        match self.loaded.as_ref().and_then(|l| l.failure()) {
+            Some(failure) => (ModelState::Unavailable, failure),
+            None => (self.state, &self.reason),
+        }
+    }
+
     pub fn loading() -> VersionEntry {
         VersionEntry {
             state: ModelState::Loading,
@@ -95,7 +109,7 @@ impl ModelEntry {
     }
 
     fn serving(&self) -> bool {
-        self.versions.values().any(|v| v.loaded.is_some())
+        self.versions.values().any(|v| v.serving().is_some())
     }
 
     /// Triton's strict readiness for one model: it has a version state,
@@ -104,9 +118,10 @@ impl ModelEntry {
         if self.versions.is_empty() {
             return self.failure.is_none();
         }
-        self.versions
-            .values()
-            .all(|v| v.state == ModelState::Ready || v.reason == UNLOADED)
+        self.versions.values().all(|v| match v.shown() {
+            (ModelState::Ready, _) => true,
+            (_, reason) => reason == UNLOADED,
+        })
     }
 }
 
@@ -219,7 +234,7 @@ impl Registry {
             .ok_or_else(|| Error::not_found(unknown_model(name, version)))?;
         match version {
             Some(v) => match model.versions.get(&v) {
-                Some(entry) => entry.loaded.clone().ok_or_else(|| {
+                Some(entry) => entry.serving().cloned().ok_or_else(|| {
                     Error::unavailable(format!(
                         "Request for unknown model: '{name}' version {v} is not at ready state"
                     ))
@@ -230,7 +245,7 @@ impl Registry {
                 .versions
                 .values()
                 .rev()
-                .find_map(|e| e.loaded.clone())
+                .find_map(|e| e.serving().cloned())
                 .ok_or_else(|| {
                     Error::not_found(format!(
                         "Request for unknown model: '{name}' has no available versions"
@@ -275,14 +290,15 @@ impl Registry {
                 });
             }
             for (&version, v) in &model.versions {
-                let reason = match (&model.failure, v.state) {
+                let (state, reason) = v.shown();
+                let reason = match (&model.failure, state) {
                     (Some(failure), ModelState::Ready) => format!("reload failed: {failure}"),
-                    _ => v.reason.clone(),
+                    _ => reason.to_owned(),
                 };
                 rows.push(IndexEntry {
                     name: name.clone(),
                     version: Some(version),
-                    state: Some(v.state),
+                    state: Some(state),
                     reason,
                 });
             }

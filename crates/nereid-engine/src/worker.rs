@@ -3,7 +3,7 @@
 //! outcome, then runs the batches the scheduler hands it until the queue's
 //! last sender is gone.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::Instant;
 
@@ -26,6 +26,8 @@ pub struct WorkerContext {
     pub version: i64,
     pub batching: bool,
     pub stats: Arc<ModelStats>,
+    /// Why the version can serve no more, once an instance says so.
+    pub failure: Arc<OnceLock<String>>,
 }
 
 /// Starts one worker thread per source; returns once every instance has
@@ -86,6 +88,12 @@ fn run_worker(
     tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance ready");
     while let Ok(dispatch) = batches.recv() {
         run_batch(instance.as_mut(), ctx, dispatch);
+        if ctx.failure.get().is_none()
+            && let Some(reason) = instance.failure()
+        {
+            tracing::error!(model = %source.model_name, version = source.version, instance = source.instance_index, %reason, "the instance can serve no more; the version is UNAVAILABLE until it is loaded again");
+            let _ = ctx.failure.set(reason);
+        }
     }
     tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance stopped");
 }
@@ -147,11 +155,14 @@ fn run_requests(
     permit: Option<SlotPermit>,
 ) {
     let started = Instant::now();
+    let cancelled: Vec<_> = jobs.iter().map(|j| move || j.is_abandoned()).collect();
     let requests: Vec<BatchRequest<'_>> = jobs
         .iter()
-        .map(|j| BatchRequest {
+        .zip(&cancelled)
+        .map(|(j, cancelled)| BatchRequest {
             request: &j.request.request,
             outputs: &j.request.outputs,
+            cancelled,
         })
         .collect();
     let mut results = instance.execute_requests(&requests);
