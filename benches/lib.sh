@@ -107,7 +107,7 @@ other_busy_pct() {
 
 # Waits until the server PID answers READY_URL with 200, failing with the
 # tail of LOG when it exits or READY_TIMEOUT_S passes; logs how long it took.
-#   wait_ready PID READY_URL LOG NAME
+#   wait_ready PID READY_URL LOG NAME     (sets READY_MS)
 wait_ready() {
   local pid=$1 url=$2 logfile=$3 name=$4 t0
   t0=$(now_ms)
@@ -116,5 +116,6 @@ wait_ready() {
     (($(now_ms) - t0 < READY_TIMEOUT_S * 1000)) || { tail -n 30 "$logfile" >&2; die "$name not ready"; }
     sleep 0.02
   done
-  log "$name ready in $(($(now_ms) - t0)) ms"
+  READY_MS=$(($(now_ms) - t0))
+  log "$name ready in $READY_MS ms"
 }

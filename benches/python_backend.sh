@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# The Python backend benchmark: the same model.py (the worker tests'
-# add_sub) on nereid and on the real Triton 2.51 (pytriton's tritonserver),
-# one after the other in one run, with perf_analyzer at c1 and c8 over gRPC
-# and HTTP; also each server's time from start to ready. Prints the table
-# (a report in docs/benchmarks.md comes with the rest of issue 12).
+# The Python backend benchmark: the same model.py files on nereid and on
+# the real Triton 2.51 (pytriton's tritonserver), one server after the
+# other in one run, with perf_analyzer at c1 and c8 over gRPC and HTTP;
+# also each server's time from start to ready. The models: the worker
+# tests' add_sub, and `mlp`, a model.py that runs the example MLP's ONNX
+# file through onnxruntime (benches/triton_models/onnx_model.py, as the
+# other benches' Triton twin). Prints a markdown table for
+# docs/benchmarks.md ("Python backend").
 #
 #   benches/python_backend.sh      # after `make setup-test`, scripts/setup-triton.sh
 #
 # Environment: PY_REQUESTS (requests per measurement window, 500),
+# PY_ROUNDS (rounds, alternating the servers; medians are reported, 3),
 # NEREID_BIN (target/release/nereid).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 requests=${PY_REQUESTS:-500}
+rounds=${PY_ROUNDS:-3}
 nereid_bin=${NEREID_BIN:-target/release/nereid}
 pa=$root/.tools/perf_analyzer/perf_analyzer.sh
 readonly READY_TIMEOUT_S=120 PA_TIMEOUT_S=120 STOP_TIMEOUT_S=20
@@ -45,6 +50,14 @@ dynamic_batching { }
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 CONFIG
+# The MLP through onnxruntime, in both servers' Python backends.
+cp benches/triton_models/onnx_model.py "$repo/"
+cp -r benches/triton_models/mlp "$repo/"
+export NEREID_ONNX_REPOSITORY=$root/model_repository
+ort_version=$(.venv/bin/python -c 'import onnxruntime; print(onnxruntime.__version__)')
+if [ "$(.tools/triton-venv/bin/python -c 'import onnxruntime; print(onnxruntime.__version__)' 2>/dev/null)" != "$ort_version" ]; then
+  .tools/triton-venv/bin/pip install -q "onnxruntime==$ort_version" 'numpy<2'
+fi
 
 start() {
   local http grpc metrics
@@ -65,22 +78,31 @@ start() {
   wait_ready "$pid" "http://127.0.0.1:$http/v2/health/ready" "$work/$1.log" "$1"
 }
 
-for server in nereid triton; do
-  start "$server"
-  for protocol in grpc http; do
-    port=$grpc_port
-    [ "$protocol" = http ] && port=$http_port
-    for c in 1 8; do
-      csv=$work/${server}_${protocol}_c$c.csv
-      if timeout "$PA_TIMEOUT_S" "$pa" -m add_sub -i "$protocol" -u "127.0.0.1:$port" -b 1 \
-        --concurrency-range "$c" --measurement-mode count_windows \
-        --measurement-request-count "$requests" -s 50 -r 5 -f "$csv" >"$csv.log" 2>&1; then
-        log "$server $protocol c$c: $(awk -F, 'NR == 2 { printf "%.0f infer/s, p50 %d us", $2, $10 }' "$csv")"
-      else
-        log "$server $protocol c$c: perf_analyzer failed: $(tail -n 2 "$csv.log" | tr '\n' ' ')"
-      fi
+results=$work/results.tsv
+for ((round = 1; round <= rounds; round++)); do
+  for server in nereid triton; do
+    start "$server"
+    printf '%s\tready\t-\t-\t%s\t-\n' "$server" "$READY_MS" >>"$results"
+    for model in add_sub mlp; do
+      for protocol in grpc http; do
+        port=$grpc_port
+        [ "$protocol" = http ] && port=$http_port
+        for c in 1 8; do
+          csv=$work/${server}_${model}_${protocol}_c$c.csv
+          if timeout "$PA_TIMEOUT_S" "$pa" -m "$model" -i "$protocol" -u "127.0.0.1:$port" -b 1 \
+            --concurrency-range "$c" --measurement-mode count_windows \
+            --measurement-request-count "$requests" -s 50 -r 5 -f "$csv" >"$csv.log" 2>&1; then
+            line=$(awk -F, 'NR == 2 { printf "%.1f\t%d", $2, $10 }' "$csv")
+            printf '%s\t%s\t%s\tc%s\t%s\n' "$server" "$model" "$protocol" "$c" "$line" >>"$results"
+            log "$server $model $protocol c$c: $line"
+          else
+            log "$server $model $protocol c$c: perf_analyzer failed: $(tail -n 2 "$csv.log" | tr '\n' ' ')"
+          fi
+        done
+      done
     done
+    stop_server "$pid"
+    pid=
   done
-  stop_server "$pid"
-  pid=
 done
+python3 benches/python_report.py "$results"

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import shutil
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from calls import PROTOCOLS, index, infer, model_stats
+from calls import PROTOCOLS, index, infer, model_stats, ready
 from conftest import REPO_ROOT, start_server, stop_server
 
 MODELS = REPO_ROOT / "crates/nereid-backend-python/python/tests/models"
@@ -67,6 +71,32 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1, -1 ] } ]
 """
 
 
+# Every datatype tritonclient sends as numpy (BF16, which numpy lacks, is
+# covered by the worker's own tests).
+TYPES = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
+         "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
+         "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
+         "BYTES": np.object_}
+
+
+def config_type(wire: str) -> str:
+    return "TYPE_STRING" if wire == "BYTES" else f"TYPE_{wire}"
+
+
+IDENTITY = 'backend: "python"\nmax_batch_size: 0\n' + "".join(
+    f'input {{ name: "INPUT_{t}" data_type: {config_type(t)} dims: [ -1, -1 ] }}\n'
+    f'output {{ name: "OUTPUT_{t}" data_type: {config_type(t)} dims: [ -1, -1 ] }}\n'
+    for t in TYPES)
+
+BYTES_OPS = """backend: "python"
+max_batch_size: 0
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "UPPER" data_type: TYPE_STRING dims: [ -1 ] },
+         { name: "LENGTH" data_type: TYPE_INT32 dims: [ -1 ] },
+         { name: "DECODED" data_type: TYPE_STRING dims: [ -1 ] } ]
+"""
+
+
 def python_model(repo: Path, name: str, model: str, config: str) -> None:
     (repo / name / "1").mkdir(parents=True)
     shutil.copy(MODELS / model / "1" / "model.py", repo / name / "1" / "model.py")
@@ -80,6 +110,11 @@ def srv(tmp_path_factory):
     python_model(repo, "add_sub", "add_sub", ADD_SUB)
     python_model(repo, "error_response", "error_response", DOUBLE)
     python_model(repo, "import_error", "import_error", DOUBLE)
+    python_model(repo, "identity", "identity", IDENTITY)
+    python_model(repo, "bytes_ops", "bytes_ops", BYTES_OPS)
+    python_model(repo, "faulty", "faulty", DOUBLE)
+    (repo / "auto_complete" / "1").mkdir(parents=True)
+    shutil.copy(MODELS / "auto_complete" / "1" / "model.py", repo / "auto_complete" / "1" / "model.py")
     shutil.copytree(REPO_ROOT / "model_repository" / "simple", repo / "simple")
     (repo / "bls" / "1").mkdir(parents=True)
     (repo / "bls" / "1" / "model.py").write_text(BLS_MODEL)
@@ -100,6 +135,64 @@ def test_add_sub_in_python_beside_onnx(srv, protocol):
     x = np.arange(16, dtype=np.int32).reshape(1, 16)
     onnx = infer(srv, protocol, "simple", [("INPUT0", x, "INT32"), ("INPUT1", x, "INT32")])
     np.testing.assert_array_equal(onnx.outputs["OUTPUT0"], 2 * x)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_identity_returns_every_datatype_unchanged(srv, protocol):
+    rng = np.random.default_rng(7)
+    inputs = []
+    for wire, dtype in TYPES.items():
+        if wire == "BYTES":
+            # JSON carries BYTES as text, so only there are they UTF-8.
+            odd = b"\x00" if protocol == "http-json" else b"\xff"
+            array = np.array([[b"a\x00b", odd], [b"", "é".encode()]], dtype=np.object_)
+        elif wire == "BOOL":
+            array = rng.integers(0, 2, (2, 2)).astype(np.bool_)
+        else:
+            array = rng.integers(0, 100, (2, 2)).astype(dtype)
+        inputs.append((f"INPUT_{wire}", array, wire))
+    got = infer(srv, protocol, "identity", inputs)
+    for name, array, wire in inputs:
+        out = got.outputs["OUTPUT" + name[len("INPUT"):]]
+        assert out.shape == array.shape, wire
+        if wire == "BYTES":
+            assert out.tolist() == array.tolist()
+        else:
+            assert out.dtype == array.dtype, wire
+            np.testing.assert_array_equal(out, array)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_bytes_model_answers_byte_exact(srv, protocol):
+    text = np.array([b"hello", b"", "grüße".encode(), b"nul\x00byte"], dtype=np.object_)
+    got = infer(srv, protocol, "bytes_ops", [("TEXT", text, "BYTES")])
+    assert got.outputs["UPPER"].tolist() == [t.upper() for t in text]
+    assert got.outputs["LENGTH"].tolist() == [len(t) for t in text]
+    assert got.outputs["DECODED"].tolist() == [t.decode().encode() for t in text]
+
+
+@pytest.mark.parametrize("protocol", ["http-json", "grpc"])
+def test_a_model_without_a_config_completes_its_own(srv, protocol):
+    config = requests.get(f"{srv.base}/v2/models/auto_complete/config").json()
+    assert config["max_batch_size"] == 4 and "dynamic_batching" in config, config
+    assert [i["name"] for i in config["input"]] == ["INPUT0", "INPUT1"]
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    got = infer(srv, protocol, "auto_complete", [("INPUT0", x, "FP32")])
+    np.testing.assert_array_equal(got.outputs["OUTPUT0"], x)
+
+
+def test_an_exception_in_execute_fails_the_batch_with_the_traceback(srv):
+    client = httpclient.InferenceServerClient(srv.http_url)
+    tensor = httpclient.InferInput("IN", [1, 2], "FP32")
+    tensor.set_data_from_numpy(np.ones((1, 2), dtype=np.float32))
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("faulty", [tensor], parameters={"mode": "raise"})
+    message = e.value.message()
+    assert "Failed to process the request(s) for model 'faulty_0'" in message, message
+    assert "ValueError: boom" in message and "helper_that_fails" in message, message
+    got = client.infer("faulty", [tensor])
+    np.testing.assert_array_equal(got.as_numpy("OUT"), np.ones((1, 2), dtype=np.float32))
+    client.close()
 
 
 def test_batched_requests_reach_execute_together_and_answer_separately(srv):
@@ -143,3 +236,107 @@ def test_bls_calls_onnx_and_python_models_and_reports_their_errors(srv, protocol
     with pytest.raises(InferenceServerException) as e:
         infer(srv, protocol, "bls", [("MODEL", np.array([b"nope"], dtype=np.object_), "BYTES"), ("X", x, "INT32")])
     assert "nope" in e.value.message()
+
+
+DIES = '''import os
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Echoes IN, unless it is negative: then the process dies (a crash no
+    Python exception handler sees)."""
+
+    def execute(self, requests):
+        for request in requests:
+            if (pb_utils.get_input_tensor_by_name(request, "IN").as_numpy() < 0).any():
+                os._exit(3)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+'''
+
+WAITS = '''import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Says in the log that it started, then waits (up to 10 s) for its
+    request to be cancelled; answers CANCELLED if it was, OUT = IN if not."""
+
+    def execute(self, requests):
+        pb_utils.Logger.log_info("execute started")
+        deadline = time.monotonic() + 10
+        while not requests[0].is_cancelled() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if requests[0].is_cancelled():
+            error = pb_utils.TritonError("request cancelled", pb_utils.TritonError.CANCELLED)
+            return [pb_utils.InferenceResponse(error=error)]
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUT", pb_utils.get_input_tensor_by_name(requests[0], "IN").as_numpy())])]
+'''
+
+SLOW = """backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+
+
+@pytest.fixture
+def explicit_srv(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "dies" / "1").mkdir(parents=True)
+    (repo / "dies" / "1" / "model.py").write_text(DIES)
+    (repo / "dies" / "config.pbtxt").write_text(SLOW)
+    (repo / "cancellable" / "1").mkdir(parents=True)
+    (repo / "cancellable" / "1" / "model.py").write_text(WAITS)
+    (repo / "cancellable" / "config.pbtxt").write_text(SLOW)
+    server = start_server(tmp_path, [repo], [
+        "--model-control-mode=explicit", "--load-model=dies", "--load-model=cancellable",
+        f"--backend-config=python,python-path={sys.executable}"])
+    yield server
+    assert stop_server(server) == 0, server.log()
+
+
+def test_a_worker_that_keeps_dying_makes_the_model_unavailable_until_it_is_loaded_again(explicit_srv):
+    srv = explicit_srv
+    good = [("IN", np.ones(2, dtype=np.float32), "FP32")]
+    bad = [("IN", -np.ones(2, dtype=np.float32), "FP32")]
+    for attempt in range(3):
+        with pytest.raises(InferenceServerException) as e:
+            infer(srv, "grpc", "dies", bad)
+        assert "the Python worker exited" in e.value.message() or "died" in e.value.message()
+        if attempt < 2:
+            assert ready(srv, "dies"), "restarted after a death"
+            np.testing.assert_array_equal(infer(srv, "http-json", "dies", good).outputs["OUT"], good[0][1])
+    assert not ready(srv, "dies")
+    row = index(srv)["dies"]
+    assert row["state"] == "UNAVAILABLE" and "died 3 times" in row["reason"], row
+    with pytest.raises(InferenceServerException):
+        infer(srv, "grpc", "dies", good)
+    assert ready(srv, "cancellable"), "the other model serves on"
+    r = requests.post(f"{srv.base}/v2/repository/models/dies/load")
+    assert r.status_code == 200, r.text
+    assert index(srv)["dies"]["state"] == "READY"
+    np.testing.assert_array_equal(infer(srv, "grpc", "dies", good).outputs["OUT"], good[0][1])
+
+
+def test_a_cancelled_grpc_request_is_seen_by_is_cancelled(explicit_srv):
+    """Without the cancellation the model would answer the request
+    normally, after 10 s."""
+    srv = explicit_srv
+    client = grpcclient.InferenceServerClient(srv.grpc_url)
+    tensor = grpcclient.InferInput("IN", [2], "FP32")
+    tensor.set_data_from_numpy(np.ones(2, dtype=np.float32))
+    done = []
+    call = client.async_infer("cancellable", [tensor], callback=lambda result, error: done.append(error))
+    deadline = time.monotonic() + 5
+    while "execute started" not in srv.log():
+        assert time.monotonic() < deadline, "the request never reached the model"
+        time.sleep(0.02)
+    call.cancel()
+    deadline = time.monotonic() + 8
+    while (stats := model_stats(srv, "cancellable")["inference_stats"])["fail"]["count"] == 0:
+        assert time.monotonic() < deadline, f"the model did not see the cancellation: {stats}"
+        time.sleep(0.05)
+    assert stats["success"]["count"] == 0
+    client.close()

@@ -6,25 +6,38 @@ Runs one instance of a Triton Python-backend model (a `model.py` defining
 protocol described in README.md: length-prefixed JSON frames on stdin and
 stdout, tensor bytes in shared-memory files.
 
-Two threads matter: the reader thread reads every frame and handles the two
-that may arrive while the model runs (`bls_response`, `cancel`); the main
-thread takes the others from a queue and runs the model.
+There is no reader thread: a thread reads frames when it waits for one
+(nereid_pb/inbox.py). The main thread reads while it waits for the next
+request and while an `async def execute` runs; a thread waiting for a BLS
+answer reads when no other thread does; `is_cancelled()` reads what has
+arrived. Whichever thread reads a frame routes it (`Worker.route`):
+`bls_response` and `cancel` are handled at once, the other frames queue for
+the main thread, which runs the model.
 """
 
 import asyncio
 import concurrent.futures
 import importlib.util
+import collections
 import json
 import os
-import queue
 import signal
 import sys
 import threading
 import traceback
 
 from nereid_pb import runtime
+from nereid_pb.inbox import Inbox
 from nereid_pb.shm import InputFiles, OutputArena
-from nereid_pb.wire import ChannelClosed, FrameChannel, ProtocolError, read_tensor, write_tensors
+from nereid_pb.wire import (
+    ChannelClosed,
+    FrameReader,
+    FrameWriter,
+    ProtocolError,
+    read_tensor,
+    to_json,
+    write_tensors,
+)
 from triton_python_backend_utils import (
     InferenceRequest,
     InferenceResponse,
@@ -35,6 +48,12 @@ from triton_python_backend_utils import (
 # What a model may raise out of its methods (SystemExit included, as Triton
 # reports any Python exception).
 _MODEL_ERRORS = (Exception, SystemExit)
+
+# Mappings of server files that were removed are dropped at least this often
+# (in executes), besides whenever a new file shows up.
+_PRUNE_EVERY = 64
+
+_CLOSED = "The connection to the Nereid server was closed."
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _INTERNAL_CODE = (
@@ -50,13 +69,6 @@ _INTERNAL_CODE = (
 class ContractError(Exception):
     """`execute` broke Triton's contract (wrong return value). Triton words
     these without exception type or traceback."""
-
-
-class _BadFrame:
-    """A frame the reader could not decode, for the main thread to answer."""
-
-    def __init__(self, error):
-        self.error = error
 
 
 def exception_line(error):
@@ -85,73 +97,79 @@ def triton_error_text(error):
     return text
 
 
-def _expect(value, kinds, what):
-    """`value` if it is one of `kinds` (a bool is not an int here), else
-    ProtocolError."""
-    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise ProtocolError(f"{what} has the wrong type ({type(value).__name__})")
-    return value
+def _expect(value, kind, what):
+    """`value` if it is of the JSON type `kind` (a bool is not an int here),
+    else ProtocolError."""
+    if type(value) is kind:
+        return value
+    raise ProtocolError(f"{what} has the wrong type ({type(value).__name__}, expected {kind.__name__})")
+
+
+def _request_error(index, entry):
+    """The ProtocolError saying what is wrong with request `index` of an
+    execute frame, which build_requests could not use."""
+    try:
+        get = _expect(entry, dict, "the request").get
+        _expect(get("inputs", []), list, "'inputs'")
+        _expect(get("request_id", ""), str, "'request_id'")
+        correlation_id = get("correlation_id", 0)
+        if type(correlation_id) not in (int, str):
+            raise ProtocolError(
+                "'correlation_id' has the wrong type "
+                f"({type(correlation_id).__name__}, expected int or str)"
+            )
+        _expect(get("flags", 0), int, "'flags'")
+        _expect(get("timeout", 0), int, "'timeout'")
+        _expect(get("parameters") or {}, dict, "'parameters'")
+        for name in _expect(get("requested_output_names", []), list, "'requested_output_names'"):
+            _expect(name, str, "a requested output name")
+    except ProtocolError as error:
+        return ProtocolError(f"request {index}: {error}")
+    return ProtocolError(f"request {index} is unusable: {entry!r}")
 
 
 class Worker:
     """The model instance and the protocol handlers around it."""
 
-    def __init__(self, channel):
-        self.channel = channel
+    def __init__(self, reader, writer):
+        self.writer = writer
+        self.requests = collections.deque()  # frames for the main thread, in order
+        self.inbox = Inbox(reader, self.route)
         self.arena = OutputArena()
-        self.runtime = runtime.Runtime(channel, self.arena, InputFiles())
+        self.runtime = runtime.Runtime(writer, self.inbox, self.arena, InputFiles())
         runtime.install(self.runtime)
-        self.inbox = queue.Queue()
         self.model = None
         self.model_file = ""
         self.instance_name = ""
         self.response_blocks = []
-        self.loop = None
+        self.executes = 0
 
-    # Reader thread ------------------------------------------------------------
-
-    def read_frames(self):
-        """Read frames until end of input; route `bls_response` and `cancel`
-        at once, queue the rest for the main thread."""
-        while True:
-            try:
-                message = self.channel.receive()
-            except ProtocolError as error:
-                self.inbox.put(_BadFrame(error))
-                continue
-            except (OSError, ValueError):
-                message = None
-            if message is None:
-                self.runtime.close("The connection to the Nereid server was closed.")
-                self.inbox.put(None)
-                return
+    def route(self, message):
+        """Handle what the thread reading frames got (see Inbox): a
+        `bls_response` or `cancel` at once, anything else (other frames,
+        undecodable ones, end of input) is queued for the main thread."""
+        if type(message) is dict:
             op = message.get("op")
             try:
                 if op == "bls_response":
                     self.runtime.finish_bls(message.get("tag"), message.get("response"))
-                elif op == "cancel":
+                    return
+                if op == "cancel":
                     ids = _expect(message.get("request_ids"), list, "cancel 'request_ids'")
                     self.runtime.cancel([str(key) for key in ids])
-                else:
-                    if op == "execute":
-                        self._track(message)
-                    self.inbox.put(message)
+                    return
             except Exception as error:
                 self.runtime.log("error", f"ignored a bad '{op}' frame: {error}", __file__, 0)
-
-    def _track(self, message):
-        """Register cancellation flags for an execute frame's requests."""
-        entries = message.get("requests")
-        if isinstance(entries, list) and all(isinstance(entry, dict) for entry in entries):
-            keys = [str(entry.get("id", "")) for entry in entries]
-            message["_cancel"] = (keys, self.runtime.track(keys))
-
-    # Main thread --------------------------------------------------------------
+                return
+            if op == "execute":
+                message["_cancelled"] = self.runtime.track()
+        elif message is None:
+            self.runtime.close(_CLOSED)
+        self.requests.append(message)
 
     def serve(self):
-        """Answer queued frames until the worker must exit; returns the exit
-        status."""
+        """Answer the server's requests until the worker must exit; returns
+        the exit status."""
         handlers = {
             "auto_complete": self.auto_complete,
             "initialize": self.initialize,
@@ -160,12 +178,13 @@ class Worker:
         }
         try:
             while True:
-                message = self.inbox.get()
+                self.inbox.wait(self.requests.__len__)
+                message = self.requests.popleft()
                 if message is None:
                     self.finalize_model()
                     return 0
-                if isinstance(message, _BadFrame):
-                    self.send_error(message.error)
+                if isinstance(message, ProtocolError):
+                    self.send_error(message)
                     continue
                 handler = handlers.get(message.get("op"))
                 if handler is None:
@@ -179,7 +198,7 @@ class Worker:
             return 1
 
     def send_error(self, error):
-        self.channel.send(
+        self.writer.send(
             {
                 "op": "error",
                 "message": exception_line(error),
@@ -227,7 +246,7 @@ class Worker:
                     f"auto_complete_config function in model '{config.get('name', '')}' "
                     "must return a valid pb.ModelConfig object."
                 )
-            self.channel.send({"op": "config", "config": model_config.as_dict()})
+            self.writer.send({"op": "config", "config": model_config.as_dict()})
             return 0
         except ChannelClosed:
             raise
@@ -257,23 +276,26 @@ class Worker:
             return 1
         self.model = model
         self.runtime.initialized = True
-        self.channel.send({"op": "ready"})
+        self.writer.send({"op": "ready"})
         return None
 
     def execute(self, message):
-        keys, flags = message.pop("_cancel", ([], []))
+        """Run the model on an execute frame's requests and answer."""
+        cancelled = message.pop("_cancelled")
         try:
             self.release_response_blocks()
-            self.runtime.files.prune()
+            self.executes += 1
+            if self.executes % _PRUNE_EVERY == 0:
+                self.runtime.files.prune()
             try:
                 if self.model is None:
                     raise ProtocolError("execute before initialize")
-                requests = self.build_requests(message, flags)
+                requests = self.build_requests(message, cancelled)
             except Exception as error:
                 self.send_error(error)
                 return None
             try:
-                reply = {"op": "responses", "responses": self.run_model(requests), "error": None}
+                responses = self.run_model(requests)
             except ChannelClosed:
                 raise
             except _MODEL_ERRORS as error:
@@ -283,49 +305,65 @@ class Worker:
                     f"Failed to process the request(s) for model '{self.instance_name}', "
                     f"message: {text}"
                 )
-                reply = {"op": "responses", "responses": None,
-                         "error": {"message": failure, "code": "INTERNAL"}}
-            self.channel.send(reply)
+                self.writer.send({"op": "responses", "responses": None,
+                                  "error": {"message": failure, "code": "INTERNAL"}})
+            else:
+                responses = ",".join(responses)
+                self.writer.send_json(f'{{"op":"responses","responses":[{responses}],"error":null}}')
         finally:
-            self.runtime.untrack(keys, flags)
+            self.runtime.untrack(cancelled)
         return None
 
-    def build_requests(self, message, flags):
+    def build_requests(self, message, cancelled):
         entries = _expect(message.get("requests"), list, "execute 'requests'")
-        if len(flags) != len(entries):
-            raise ProtocolError("execute 'requests' must be a list of objects")
+        files = self.runtime.files
         requests = []
-        for index, (entry, flag) in enumerate(zip(entries, flags)):
-            what = f"request {index}"
-            key = str(entry.get("id", ""))
-            inputs = [
-                read_tensor(descriptor, self.runtime.files, copy=False)
-                for descriptor in _expect(entry.get("inputs", []), list, f"{what} 'inputs'")
-            ]
+        for index, entry in enumerate(entries):
+            # One pass of exact type checks (JSON gives exact types); anything
+            # off is explained by _request_error.
+            try:
+                get = entry.get
+                key = str(get("id", ""))
+                descriptors = get("inputs", [])
+                request_id = get("request_id", key)
+                correlation_id = get("correlation_id", 0)
+                flags = get("flags", 0)
+                timeout = get("timeout", 0)
+                parameters = get("parameters") or {}
+                names = get("requested_output_names", [])
+                for name in names:
+                    if type(name) is not str:
+                        raise TypeError
+                if (type(descriptors) is not list or type(request_id) is not str
+                        or type(correlation_id) not in (int, str) or type(flags) is not int
+                        or type(timeout) is not int or type(parameters) is not dict
+                        or type(names) is not list):
+                    raise TypeError
+            except (AttributeError, TypeError):
+                raise _request_error(index, entry) from None
             requests.append(
                 InferenceRequest._from_server(
-                    inputs=inputs,
-                    request_id=_expect(entry.get("request_id", key), str, f"{what} 'request_id'"),
-                    correlation_id=_expect(entry.get("correlation_id", 0), (int, str), f"{what} 'correlation_id'"),
-                    flags=_expect(entry.get("flags", 0), int, f"{what} 'flags'"),
-                    timeout=_expect(entry.get("timeout", 0), int, f"{what} 'timeout'"),
-                    parameters=_expect(entry.get("parameters") or {}, dict, f"{what} 'parameters'"),
-                    requested_output_names=[
-                        _expect(name, str, f"{what} requested output name")
-                        for name in _expect(entry.get("requested_output_names", []), list, what)
-                    ],
-                    cancel_flag=flag,
+                    key=key,
+                    inputs=[read_tensor(descriptor, files, copy=False) for descriptor in descriptors],
+                    request_id=request_id,
+                    correlation_id=correlation_id,
+                    flags=flags,
+                    timeout=timeout,
+                    parameters=parameters,
+                    requested_output_names=names,
+                    cancelled=cancelled,
                 )
             )
         return requests
 
     def run_model(self, requests):
-        """Call execute and encode its responses (the answer's 'responses')."""
+        """Call execute and encode its responses (the answer's "responses",
+        as JSON texts)."""
         if not hasattr(self.model, "execute"):
             raise ContractError(f"Python model {self.model_file} does not implement `execute` method.")
         result = self.model.execute(requests)
-        if asyncio.iscoroutine(result):
-            result = self.run_coroutine(result)
+        if type(result) is not list and asyncio.iscoroutine(result):
+            result = self.runtime.run_coroutine(result)
         if not isinstance(result, list):
             raise ContractError(f"Expected a list in the execute return, found type '{type(result)}'.")
         if len(result) != len(requests):
@@ -342,40 +380,28 @@ class Worker:
                 )
         return [self.encode_response(response, request) for response, request in zip(result, requests)]
 
-    def run_coroutine(self, coroutine):
-        """Run an `async def execute` to completion on the instance's event
-        loop, which lives in a daemon thread for the worker's lifetime (as in
-        Triton), so tasks a model leaves behind keep running."""
-        if self.loop is None:
-            self.loop = asyncio.new_event_loop()
-            threading.Thread(target=self.loop.run_forever, name="nereid-asyncio", daemon=True).start()
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
-
     def encode_response(self, response, request):
-        parameters = json.loads(response.parameters())
-        if response.has_error():
-            error = response.error()
-            return {
-                "outputs": [],
-                "error": {"message": error.message(), "code": error.code().name},
-                "parameters": parameters,
-            }
-        wanted = request.requested_output_names()
-        tensors = [tensor for tensor in response.output_tensors() if tensor.name() in wanted]
-        descriptors, blocks = write_tensors(tensors, self.arena)
-        self.response_blocks.extend(blocks)
-        return {"outputs": descriptors, "error": None, "parameters": parameters}
+        """One entry of the answer's "responses", as JSON text."""
+        parameters = to_json(response._parameters) if response._parameters else "{}"
+        error = response._error
+        if error is not None:
+            error = to_json({"message": error.message(), "code": error.code().name})
+            return f'{{"outputs":[],"error":{error},"parameters":{parameters}}}'
+        wanted = request._requested_output_names
+        tensors = [tensor for tensor in response._output_tensors if tensor._name in wanted]
+        descriptors, block = write_tensors(tensors, self.arena)
+        self.response_blocks.append(block)
+        return f'{{"outputs":[{",".join(descriptors)}],"error":null,"parameters":{parameters}}}'
 
     def release_response_blocks(self):
         """Free the last answer's output regions: the server has copied them
         before sending the frame now being handled."""
-        for block in self.response_blocks:
-            self.arena.free(block)
+        self.arena.free(*self.response_blocks)
         self.response_blocks = []
 
     def finalize(self, message):
         self.finalize_model()
-        self.channel.send({"op": "finalized"})
+        self.writer.send({"op": "finalized"})
         return 0
 
     def finalize_model(self):
@@ -385,8 +411,7 @@ class Worker:
         if model is None:
             return
         self.runtime.finalizing = True
-        if self.loop is not None:
-            self.loop.call_soon_threadsafe(self.loop.stop)
+        self.runtime.stop_loop()
         if hasattr(model, "finalize"):
             try:
                 model.finalize()
@@ -400,12 +425,13 @@ class Worker:
 
 
 def take_over_stdio():
-    """Keep the real stdin/stdout for frames only. Afterwards fd 1 is
-    stderr, so model prints (Python's or a C library's) land in the server's
-    log, and fd 0 is /dev/null, so nothing in the model can eat a frame."""
+    """Keep the real stdin/stdout for frames only; returns the descriptors
+    to read and write frames on (two pipes, or one socket twice). Afterwards
+    fd 1 is stderr, so model prints (Python's or a C library's) land in the
+    server's log, and fd 0 is /dev/null, so nothing in the model can eat a
+    frame."""
     sys.stdout.flush()
-    reader = os.fdopen(os.dup(0), "rb")
-    writer = os.fdopen(os.dup(1), "wb")
+    reader, writer = os.dup(0), os.dup(1)
     os.dup2(2, 1)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -417,12 +443,11 @@ def take_over_stdio():
 
 def main():
     reader, writer = take_over_stdio()
-    worker = Worker(FrameChannel(reader, writer))
+    worker = Worker(FrameReader(reader), FrameWriter(writer))
     # As Triton's stub: Ctrl-C in the server's terminal must not kill the
     # model before the server finalizes it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, worker.terminate)
-    threading.Thread(target=worker.read_frames, name="nereid-reader", daemon=True).start()
     try:
         status = worker.serve()
     except BaseException:

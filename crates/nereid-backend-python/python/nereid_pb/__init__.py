@@ -12,6 +12,7 @@ re-exports the public names defined here. The split keeps every file small:
 - `model_config`: ModelConfig for `auto_complete_config`.
 - `logger`: pb_utils.Logger.
 - `runtime`: the worker-side state those objects reach (BLS calls in flight,
-  cancellation flags, the frame channel); absent outside a worker.
+  cancellation state, the frame channel); absent outside a worker.
+- `inbox`: reading frames from whichever thread waits for one.
 - `shm` and `wire`: shared-memory files, frames and tensor descriptors.
 """

@@ -8,8 +8,9 @@ type but two:
   importing a (bfloat, 16) capsule relabels it to (uint, 16) before numpy
   reads it. The relabelling writes one byte of the DLTensor struct in place
   (ctypes), which the DLPack ABI fixes at offset 20.
-- read-only arrays (Nereid's input views): the legacy DLPack capsule cannot
-  say "read-only", so numpy refuses to export them; those export a copy.
+- read-only arrays (such as np.broadcast_to results): the legacy DLPack
+  capsule cannot say "read-only", so numpy refuses to export them; those
+  export a copy.
 
 GPU tensors are not supported by Nereid yet: importing one raises.
 """

@@ -117,6 +117,10 @@ def triton_string_to_numpy(triton_type_string):
     return TRITON_STRING_TO_NUMPY[triton_type_string]
 
 
+# dtype -> Triton type number, filled by array_triton_type as dtypes show up.
+_ARRAY_TYPES = {}
+
+
 def array_triton_type(dtype):
     """The Triton type a Tensor built from an array of `dtype` carries.
 
@@ -126,13 +130,17 @@ def array_triton_type(dtype):
     orders are accepted (written little-endian), and an ml_dtypes bfloat16
     array is BF16.
     """
-    if dtype.kind in "OSU":
-        return TRITONSERVER_TYPE_BYTES
-    if dtype.name == "bfloat16" and dtype.itemsize == 2:
-        return TRITONSERVER_TYPE_BF16
-    number = numpy_to_triton_type(dtype.newbyteorder("="))
+    number = _ARRAY_TYPES.get(dtype)
     if number is None:
-        raise TritonModelException("NumPy dtype is not supported.")
+        if dtype.kind in "OSU":
+            number = TRITONSERVER_TYPE_BYTES
+        elif dtype.name == "bfloat16" and dtype.itemsize == 2:
+            number = TRITONSERVER_TYPE_BF16
+        else:
+            number = numpy_to_triton_type(dtype.newbyteorder("="))
+            if number is None:
+                raise TritonModelException("NumPy dtype is not supported.")
+        _ARRAY_TYPES[dtype] = number
     return number
 
 

@@ -10,11 +10,11 @@ request rescheduling, GPU memory) raises a TritonModelException saying so.
 import asyncio
 import enum
 import json
-import threading
 
 from . import runtime
 from .errors import TritonError, TritonModelException, not_supported
 from .tensor import Tensor
+from .wire import to_json
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
@@ -54,11 +54,14 @@ class InferenceTrace:
         return None
 
 
-def parameters_json(parameters):
-    """Validate request/response parameters as Triton does (str keys; bool,
-    int or str values) and return them as JSON text."""
+_NO_TRACE = InferenceTrace()  # the trace of every request from the server
+
+
+def checked_parameters(parameters):
+    """Request/response parameters validated as Triton does (str keys; bool,
+    int or str values), as a new dict."""
     if parameters is None:
-        parameters = {}
+        return {}
     if not isinstance(parameters, dict):
         raise TritonModelException(f"Expect dict, got {type(parameters)}")
     for key, value in parameters.items():
@@ -70,7 +73,7 @@ def parameters_json(parameters):
             raise TritonModelException(
                 f"Expect parameters values to have type bool/int/str, found type {type(value)}"
             )
-    return json.dumps(parameters)
+    return dict(parameters)
 
 
 def _tensor_list(tensors, what, empty_message):
@@ -136,13 +139,16 @@ class InferenceRequest:
         self._flags = int(flags)
         self._timeout = int(timeout)
         self._trace = trace if trace is not None else InferenceTrace()
-        self._parameters = parameters_json(parameters)
-        self._cancel_flag = None
+        self._parameters = checked_parameters(parameters)
+        self._key = None
+        self._cancelled = None
 
     @classmethod
-    def _from_server(cls, inputs, request_id, correlation_id, flags, timeout, parameters,
-                     requested_output_names, cancel_flag):
-        """A request the server sent in an `execute` frame."""
+    def _from_server(cls, key, inputs, request_id, correlation_id, flags, timeout, parameters,
+                     requested_output_names, cancelled):
+        """A request the server sent in an `execute` frame: `key` is its id
+        there, `cancelled` the set of ids the server cancelled (kept up to
+        date by the Runtime)."""
         request = cls.__new__(cls)
         request._inputs = inputs
         request._request_id = request_id
@@ -152,9 +158,10 @@ class InferenceRequest:
         request._model_version = -1
         request._flags = flags
         request._timeout = timeout
-        request._trace = InferenceTrace()
-        request._parameters = json.dumps(parameters)
-        request._cancel_flag = cancel_flag
+        request._trace = _NO_TRACE
+        request._parameters = parameters
+        request._key = key
+        request._cancelled = cancelled
         return request
 
     def inputs(self):
@@ -182,7 +189,7 @@ class InferenceRequest:
 
     def parameters(self):
         """The request parameters as a JSON string (as Triton returns them)."""
-        return self._parameters
+        return json.dumps(self._parameters)
 
     def trace(self):
         return self._trace
@@ -193,8 +200,12 @@ class InferenceRequest:
         return self._requested_output_names
 
     def is_cancelled(self):
-        """Whether the server cancelled this request (a client gave up)."""
-        return self._cancel_flag is not None and self._cancel_flag.cancelled
+        """Whether the server cancelled this request (a client gave up). Reads
+        a `cancel` frame that has arrived even while no BLS call waits."""
+        if self._cancelled is None:
+            return False
+        runtime.current().inbox.poll_now()
+        return self._key in self._cancelled
 
     def get_response_sender(self):
         raise TritonModelException(
@@ -210,19 +221,21 @@ class InferenceRequest:
                 "request rescheduling",
             )
 
-    def _bls_fields(self, input_descriptors):
-        """The `request` object of a `bls` frame."""
-        return {
+    def _bls_json(self, input_descriptors):
+        """The `request` object of a `bls` frame as JSON text, given its
+        inputs' descriptors as JSON texts."""
+        fields = to_json({
             "model_name": self._model_name,
             "model_version": self._model_version,
             "requested_output_names": sorted(self._requested_output_names),
-            "inputs": input_descriptors,
             "request_id": self._request_id,
             "correlation_id": self._correlation_id,
             "flags": self._flags,
             "timeout": self._timeout,
-            "parameters": json.loads(self._parameters),
-        }
+            "parameters": self._parameters,
+        })
+        # `fields` is a non-empty object: put "inputs" first in it.
+        return '{"inputs":[' + ",".join(input_descriptors) + "]," + fields[1:]
 
     def _bls_runtime(self, decoupled):
         if decoupled:
@@ -236,15 +249,13 @@ class InferenceRequest:
         """Run this request on `model_name` and wait for its response. Model
         errors come back in the response (`has_error()`), never raised."""
         current = self._bls_runtime(decoupled)
-        done = threading.Event()
         result = []
 
         def deliver(outputs, error, parameters):
             result.append(InferenceResponse._from_parts(outputs, error, parameters))
-            done.set()
 
         current.start_bls(self, deliver)
-        done.wait()
+        current.inbox.wait(result.__len__)
         return result[0]
 
     def async_exec(self, decoupled=False):
@@ -253,6 +264,7 @@ class InferenceRequest:
         current = self._bls_runtime(decoupled)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
+        delivered = []
 
         def settle(response):
             if not future.done():
@@ -260,9 +272,15 @@ class InferenceRequest:
 
         def deliver(outputs, error, parameters):
             response = InferenceResponse._from_parts(outputs, error, parameters)
+            delivered.append(response)
             loop.call_soon_threadsafe(settle, response)
 
         current.start_bls(self, deliver)
+        if loop is not current.loop:
+            # Some other loop (say, asyncio.run inside a plain execute): no
+            # thread is sure to read frames while it waits, so a pool thread
+            # waits for the answer, reading if no other thread does.
+            loop.run_in_executor(None, current.inbox.wait, delivered.__len__)
         return future
 
 
@@ -279,15 +297,15 @@ class InferenceResponse:
             "Output tensor for inference response should not be empty.",
         )
         self._error = error
-        self._parameters = parameters_json(parameters)
+        self._parameters = {} if parameters is None else checked_parameters(parameters)
 
     @classmethod
-    def _from_parts(cls, output_tensors, error, parameters_text):
+    def _from_parts(cls, output_tensors, error, parameters):
         """A response assembled by Nereid (BLS answers), unvalidated."""
         response = cls.__new__(cls)
         response._output_tensors = output_tensors
         response._error = error
-        response._parameters = parameters_text
+        response._parameters = parameters
         return response
 
     def output_tensors(self):
@@ -303,4 +321,4 @@ class InferenceResponse:
 
     def parameters(self):
         """The response parameters as a JSON string."""
-        return self._parameters
+        return json.dumps(self._parameters)

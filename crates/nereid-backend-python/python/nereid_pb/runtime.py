@@ -1,17 +1,18 @@
 """Worker-side state that pb_utils objects reach while a model runs.
 
-pb_utils calls that need the server (BLS `exec`, `Logger`, `is_cancelled`)
-go through the one Runtime the worker installs at start-up. Outside a worker
-(say, a model's unit tests importing triton_python_backend_utils) there is
-none: Logger writes to stderr and BLS raises as it does outside `execute`.
+pb_utils calls that need the server (BLS `exec` and `async_exec`, `Logger`,
+`is_cancelled`) go through the one Runtime the worker installs at start-up.
+Outside a worker (say, a model's unit tests importing
+triton_python_backend_utils) there is none: Logger writes to stderr and BLS
+raises as it does outside `execute`.
 
-Threads: the main thread runs the model; the worker's reader thread calls
-`finish_bls`, `cancel` and `close`; any model thread may start BLS calls or
-log. All shared state is guarded by one lock.
+Threads: the main thread runs the model; whichever thread reads frames (see
+inbox.py) calls `finish_bls`, `cancel`, `track` and `close`; any model
+thread may start BLS calls or log. Shared state is guarded by one lock.
 """
 
+import asyncio
 import itertools
-import json
 import sys
 import threading
 
@@ -32,15 +33,6 @@ def current():
     return _current
 
 
-class CancelFlag:
-    """Whether the server cancelled one request; set by the reader thread."""
-
-    __slots__ = ("cancelled",)
-
-    def __init__(self):
-        self.cancelled = False
-
-
 def _error_code(name):
     """The ErrorCode named `name` on the wire; INTERNAL when absent or unknown."""
     if isinstance(name, str):
@@ -48,31 +40,33 @@ def _error_code(name):
     return ErrorCode.INTERNAL
 
 
-def _parameters_text(parameters):
-    """Response parameters as the JSON text InferenceResponse.parameters()
-    returns ("{}" when absent)."""
+def _parameters(parameters):
+    """Response parameters from the wire as a dict ({} when absent)."""
     if parameters is None:
-        return "{}"
+        return {}
     if not isinstance(parameters, dict):
         raise ValueError("'parameters' is not an object")
-    return json.dumps(parameters)
+    return parameters
 
 
 class Runtime:
-    """The channel to the server, the output arena, BLS calls in flight and
-    the cancellation flags of the requests being executed."""
+    """The channel to the server, the output arena, the server's files, BLS
+    calls in flight, the cancellation state of the requests being executed,
+    and the event loop of `async def execute`."""
 
-    def __init__(self, channel, arena, files):
-        self.channel = channel
+    def __init__(self, writer, inbox, arena, files):
+        self.writer = writer
+        self.inbox = inbox
         self.arena = arena
         self.files = files
         self.initialized = False
         self.finalizing = False
         self.model_dir = None
+        self.loop = None
         self._lock = threading.Lock()
         self._tags = itertools.count(1)
-        self._pending = {}  # tag -> (deliver, blocks)
-        self._flags = {}  # request key -> [CancelFlag]
+        self._pending = {}  # tag -> (deliver, the Block of the call's inputs)
+        self._executing = []  # a set of cancelled request ids per execute frame
         self._closed_reason = None
 
     def log(self, level, message, filename, line):
@@ -80,7 +74,7 @@ class Runtime:
         Once the server is gone, the line goes to stderr instead: logging
         never fails a model."""
         try:
-            self.channel.send(
+            self.writer.send(
                 {"op": "log", "level": level, "message": message, "file": filename, "line": line}
             )
         except ChannelClosed:
@@ -88,60 +82,76 @@ class Runtime:
 
     # Cancellation -----------------------------------------------------------
 
-    def track(self, keys):
-        """New CancelFlags for the requests of an execute frame (called by the
-        reader thread before it queues the frame, so that a `cancel` read
-        right after always finds them)."""
-        flags = [CancelFlag() for _ in keys]
+    def track(self):
+        """A new set of cancelled request ids for an execute frame, kept up
+        to date by `cancel` until `untrack` (called when the frame is routed,
+        so that a `cancel` routed after it always finds it)."""
+        cancelled = set()
         with self._lock:
-            for key, flag in zip(keys, flags):
-                self._flags.setdefault(key, []).append(flag)
-        return flags
+            self._executing.append(cancelled)
+        return cancelled
 
-    def untrack(self, keys, flags):
+    def untrack(self, cancelled):
         with self._lock:
-            for key, flag in zip(keys, flags):
-                entries = self._flags.get(key, [])
-                if flag in entries:
-                    entries.remove(flag)
-                if not entries:
-                    self._flags.pop(key, None)
+            self._executing.remove(cancelled)
 
     def cancel(self, keys):
-        """Mark the requests with these keys cancelled; unknown keys (requests
-        already answered) are ignored."""
+        """Record that the server cancelled the requests with these ids; ids
+        of requests no longer executing are ignored."""
         with self._lock:
-            for key in keys:
-                for flag in self._flags.get(key, ()):
-                    flag.cancelled = True
+            for cancelled in self._executing:
+                cancelled.update(keys)
+
+    # Event loop ---------------------------------------------------------------
+
+    def run_coroutine(self, coroutine):
+        """Run an `async def execute` to completion on the instance's event
+        loop, which lives in a daemon thread for the worker's lifetime (as in
+        Triton), so tasks a model leaves behind keep running. This thread
+        reads frames meanwhile, so that `async_exec` gets its answers."""
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=self.loop.run_forever, name="nereid-asyncio", daemon=True
+            ).start()
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        future.add_done_callback(lambda _future: self.inbox.wake())
+        self.inbox.wait(future.done, wakeable=True)
+        return future.result()
+
+    def stop_loop(self):
+        """Stop the event loop (at finalize), if there is one."""
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.loop.stop)
 
     # BLS ----------------------------------------------------------------------
 
     def start_bls(self, request, deliver):
         """Write the request's inputs to the arena and send a `bls` frame.
-        `deliver(outputs, error, parameters_text)` is called exactly once:
-        from the reader thread when the answer arrives, or from here if
-        sending fails (outputs are Tensors, error a TritonError or None)."""
+        `deliver(outputs, error, parameters)` is called exactly once: by the
+        thread that reads the answer, or from here if sending fails (outputs
+        are Tensors, error a TritonError or None, parameters a dict)."""
         tag = None
-        blocks = []
+        block = None
         try:
-            descriptors, blocks = write_tensors(request.inputs(), self.arena)
+            descriptors, block = write_tensors(request.inputs(), self.arena)
             with self._lock:
                 if self._closed_reason is not None:
                     raise ConnectionError(self._closed_reason)
                 tag = next(self._tags)
-                self._pending[tag] = (deliver, blocks)
-            self.channel.send({"op": "bls", "tag": tag, "request": request._bls_fields(descriptors)})
+                self._pending[tag] = (deliver, block)
+            request_json = request._bls_json(descriptors)
+            self.writer.send_json(f'{{"op":"bls","tag":{tag},"request":{request_json}}}')
         except Exception as error:
             with self._lock:
                 owned = tag is None or self._pending.pop(tag, None) is not None
             if owned:
-                for block in blocks:
+                if block is not None:
                     self.arena.free(block)
-                deliver([], TritonError(str(error)), "{}")
+                deliver([], TritonError(str(error)), {})
 
     def finish_bls(self, tag, payload):
-        """Handle a `bls_response` (reader thread): copy the outputs out of
+        """Handle a `bls_response` (reading thread): copy the outputs out of
         the server's file, tell the server it may reuse that memory
         (`bls_release`), then hand the response to the waiting caller."""
         with self._lock:
@@ -150,15 +160,14 @@ class Runtime:
             self.log("error", f"bls_response for unknown tag {tag!r} ignored", __file__, 0)
             parts = None
         else:
-            deliver, blocks = entry
-            for block in blocks:
-                self.arena.free(block)
+            deliver, block = entry
+            self.arena.free(block)
             try:
                 parts = self._decode_bls_response(payload)
             except Exception as error:
-                parts = ([], TritonError(f"Nereid could not read the BLS response: {error}"), "{}")
+                parts = ([], TritonError(f"Nereid could not read the BLS response: {error}"), {})
         try:
-            self.channel.send({"op": "bls_release", "tag": tag})
+            self.writer.send({"op": "bls_release", "tag": tag})
         except ChannelClosed:
             pass
         if parts is not None:
@@ -167,7 +176,7 @@ class Runtime:
     def _decode_bls_response(self, payload):
         if not isinstance(payload, dict):
             raise ValueError("'response' is missing or not an object")
-        parameters = _parameters_text(payload.get("parameters"))
+        parameters = _parameters(payload.get("parameters"))
         error = payload.get("error")
         if error:
             message = error.get("message") if isinstance(error, dict) else None
@@ -182,10 +191,10 @@ class Runtime:
         return outputs, None, parameters
 
     def close(self, reason):
-        """The server is gone (reader thread at end of input): fail every BLS
-        call in flight, and any started later, with `reason`."""
+        """The server is gone (end of input): fail every BLS call in flight,
+        and any started later, with `reason`."""
         with self._lock:
             self._closed_reason = reason
             pending, self._pending = self._pending, {}
-        for deliver, _blocks in pending.values():
-            deliver([], TritonError(reason), "{}")
+        for deliver, _block in pending.values():
+            deliver([], TritonError(reason), {})

@@ -1,9 +1,13 @@
 """pb_utils.Tensor: a named array that is an input or output of a request.
 
-As in Triton, a Tensor wraps a numpy array. Tensors Nereid builds from a
-request wrap read-only views of the server's shared memory (no copy), valid
-while `execute` runs; tensors a model builds wrap the model's array, which
-the worker copies into shared memory when the response is sent.
+As in Triton, a Tensor wraps a numpy array. The inputs of a request wrap
+writable arrays that never write to the server's memory: a fixed-size input
+of 64 KiB or more (wire.VIEW_MIN_BYTES) is a zero-copy view of a private
+copy-on-write mapping of the server's file (MAP_PRIVATE: the model's writes
+land in pages of the worker's own, see shm.InputFiles), valid while
+`execute` runs; smaller inputs and BYTES are copies. Tensors a model builds
+wrap the model's array, which the worker copies into shared memory when the
+response is sent.
 """
 
 import numpy as np
@@ -24,8 +28,11 @@ class Tensor:
     """`Tensor(name, numpy_array)`; `name()`, `as_numpy()`, `shape()`,
     `triton_dtype()`, `is_cpu()`, `to_dlpack()`, `Tensor.from_dlpack()`."""
 
+    __slots__ = ("_name", "_array", "_triton_type")
+
     def __init__(self, name, numpy_array):
-        _check_name(name)
+        if type(name) is not str or not name:
+            _check_name(name)
         array = numpy_array if isinstance(numpy_array, np.ndarray) else np.asarray(numpy_array)
         triton_type = array_triton_type(array.dtype)
         if triton_type == TRITONSERVER_TYPE_BF16:
@@ -71,8 +78,8 @@ class Tensor:
         return True
 
     def to_dlpack(self):
-        """A DLPack capsule of the tensor (zero-copy unless the tensor is a
-        read-only input, which exports a copy)."""
+        """A DLPack capsule of the tensor (zero-copy unless its array is
+        read-only, which exports a copy)."""
         return self.__dlpack__()
 
     def __dlpack__(self, stream=None, **protocol_options):

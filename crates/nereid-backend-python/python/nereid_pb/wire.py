@@ -1,13 +1,15 @@
-"""The worker's side of the control pipe and of tensor descriptors.
+"""Frames on the control channel, and tensor descriptors.
 
 A frame is a 4-byte little-endian length and that many bytes of UTF-8 JSON
-holding one object. A tensor travels as a descriptor
+holding one object. The worker reads and writes frames with os.read and
+os.write on file descriptors, so the server may hand it two pipes or one
+socket used both ways. A tensor travels as a descriptor
 `{"name", "datatype", "shape", "shm": {"path", "offset", "size"}}` whose
 bytes lie in a shared-memory file (see shm.py and README.md).
 """
 
 import json
-import math
+import os
 import struct
 import threading
 
@@ -25,6 +27,17 @@ from .dtypes import (
 from .tensor import Tensor
 
 _HEADER = struct.Struct("<I")
+# Messages are trees of JSON values the worker builds, never circular.
+_ENCODER = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, check_circular=False, separators=(",", ":")
+)
+_DECODER = json.JSONDecoder()
+_READ_SIZE = 1 << 16
+
+# Fixed-size tensors at least this large are handed to models as views of a
+# private mapping; smaller ones are copied, which is cheaper than refreshing
+# the mapping's pages (see shm.InputFiles).
+VIEW_MIN_BYTES = 64 << 10
 
 
 class ProtocolError(Exception):
@@ -32,130 +45,209 @@ class ProtocolError(Exception):
 
 
 class ChannelClosed(ConnectionError):
-    """The server end of the pipe is gone."""
+    """The server end of the channel is gone."""
 
 
-class FrameChannel:
-    """Frames in from `reader`, out to `writer` (binary streams). `send` is
-    thread-safe: the main thread, BLS callers and loggers all write."""
+def to_json(value):
+    """`value` as compact JSON text."""
+    return _ENCODER.encode(value)
 
-    def __init__(self, reader, writer):
-        self._reader = reader
-        self._writer = writer
+
+class FrameWriter:
+    """Frames out to a file descriptor. Thread-safe: the main thread, BLS
+    callers and loggers all write."""
+
+    def __init__(self, fd):
+        self._fd = fd
         self._lock = threading.Lock()
 
     def send(self, message):
-        payload = json.dumps(
-            message, ensure_ascii=False, allow_nan=False, separators=(",", ":")
-        ).encode("utf-8")
+        """Send a message (a dict)."""
+        self.send_json(_ENCODER.encode(message))
+
+    def send_json(self, text):
+        """Send a message already encoded as JSON text (see descriptor_json)."""
+        payload = text.encode("utf-8")
+        data = _HEADER.pack(len(payload)) + payload
         try:
             with self._lock:
-                self._writer.write(_HEADER.pack(len(payload)) + payload)
-                self._writer.flush()
-        except (OSError, ValueError) as error:
+                written = os.write(self._fd, data)
+                while written < len(data):
+                    written += os.write(self._fd, memoryview(data)[written:])
+        except OSError as error:
             raise ChannelClosed(f"cannot write to the Nereid server: {error}") from error
 
-    def receive(self):
-        """The next message, or None at end of input. A frame whose payload
-        is not a JSON object raises ProtocolError (the stream stays usable)."""
-        header = self._reader.read(_HEADER.size)
-        if len(header) < _HEADER.size:
+
+class FrameReader:
+    """Frames in from a file descriptor, through a buffer of its own: `take`
+    returns a frame already read without a system call, `fill` reads more.
+    Whoever polls `fd` must `take` until None first, since bytes in the buffer
+    no longer show up on the descriptor. Not thread-safe: the Inbox lets one
+    thread read at a time."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self._buffer = bytearray()
+
+    def take(self):
+        """The next whole frame's message (a dict), or None when no whole
+        frame is buffered. A frame that is not a JSON object raises
+        ProtocolError; the frames after it stay readable."""
+        buffer = self._buffer
+        if len(buffer) < _HEADER.size:
             return None
-        (length,) = _HEADER.unpack(header)
-        payload = self._reader.read(length)
-        if len(payload) < length:
+        (length,) = _HEADER.unpack_from(buffer)
+        end = _HEADER.size + length
+        if len(buffer) < end:
             return None
+        payload = buffer[_HEADER.size : end]
+        del buffer[:end]
         try:
-            message = json.loads(payload)
+            text = payload.decode("utf-8")
+            try:
+                message, value_end = _DECODER.raw_decode(text)
+            except ValueError:
+                value_end = -1
+            if value_end != len(text):
+                # Whitespace around the value, more than one value, or not
+                # JSON at all: the full decoder tells which.
+                message = json.loads(text)
         except ValueError as error:
             raise ProtocolError(f"frame is not valid JSON: {error}") from None
-        if not isinstance(message, dict):
+        if type(message) is not dict:
             raise ProtocolError(f"frame holds a JSON {type(message).__name__}, not an object")
         return message
+
+    def fill(self):
+        """Read what the descriptor holds (waiting while it holds nothing);
+        False at end of input or when the descriptor fails."""
+        try:
+            data = os.read(self.fd, _READ_SIZE)
+        except OSError:
+            return False
+        self._buffer += data
+        return bool(data)
 
 
 def _field(mapping, key, kind, what):
     value = mapping.get(key) if isinstance(mapping, dict) else None
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+    if type(value) is not kind:
         raise ProtocolError(f"{what}: '{key}' is missing or not a {kind.__name__}")
     return value
 
 
+def _descriptor_error(descriptor):
+    """The ProtocolError saying what is wrong with a descriptor that
+    read_tensor could not use."""
+    try:
+        name = _field(descriptor, "name", str, "tensor descriptor")
+        what = f"tensor '{name}'"
+        datatype = _field(descriptor, "datatype", str, what)
+        shape = _field(descriptor, "shape", list, what)
+        if not all(type(dim) is int and dim >= 0 for dim in shape):
+            return ProtocolError(f"{what}: shape {shape} is not a list of non-negative ints")
+        if datatype not in FROM_WIRE:
+            return ProtocolError(f"{what}: unknown datatype '{datatype}'")
+        shm = _field(descriptor, "shm", dict, what)
+        for key in ("path", "offset", "size"):
+            _field(shm, key, str if key == "path" else int, what)
+        if shm["offset"] < 0 or shm["size"] < 0:
+            return ProtocolError(f"{what}: negative offset or size")
+    except ProtocolError as error:
+        return error
+    return ProtocolError(f"{what}: unusable descriptor {descriptor!r}")
+
+
 def read_tensor(descriptor, files, copy):
-    """The Tensor a descriptor points at. With `copy`, the data is copied out
-    of the file (BLS outputs, whose memory the server reuses after
-    `bls_release`); otherwise fixed-size data is a read-only view of the
-    file. BYTES are always decoded into a new object array of bytes."""
-    name = _field(descriptor, "name", str, "tensor descriptor")
-    what = f"tensor '{name}'"
-    datatype = _field(descriptor, "datatype", str, what)
-    shape = _field(descriptor, "shape", list, what)
-    if not all(isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0 for dim in shape):
-        raise ProtocolError(f"{what}: shape {shape} is not a list of non-negative ints")
-    triton_type = FROM_WIRE.get(datatype)
-    if triton_type is None:
-        raise ProtocolError(f"{what}: unknown datatype '{datatype}'")
-    shm = _field(descriptor, "shm", dict, what)
-    size = _field(shm, "size", int, what)
-    region = files.region(_field(shm, "path", str, what), _field(shm, "offset", int, what), size)
-    count = math.prod(shape)
+    """The Tensor a descriptor points at; its array is writable and never
+    writes to the server's file. With `copy` (BLS outputs, whose memory the
+    server reuses after `bls_release`) the data is always copied; otherwise a
+    fixed-size tensor of VIEW_MIN_BYTES or more is a zero-copy view of a
+    private mapping (see shm.InputFiles). BYTES are always decoded into a new
+    object array of bytes."""
+    # The common case takes one pass of exact type checks (JSON gives exact
+    # types); anything off is explained by _descriptor_error.
+    try:
+        name = descriptor["name"]
+        shape = descriptor["shape"]
+        shm = descriptor["shm"]
+        path, offset, size = shm["path"], shm["offset"], shm["size"]
+        triton_type = FROM_WIRE[descriptor["datatype"]]
+        count = 1
+        for dim in shape:
+            if type(dim) is not int or dim < 0:
+                raise TypeError
+            count *= dim
+        if (type(name) is not str or type(shape) is not list or type(path) is not str
+                or type(offset) is not int or type(size) is not int or offset < 0 or size < 0):
+            raise TypeError
+    except (KeyError, TypeError):
+        raise _descriptor_error(descriptor) from None
     if triton_type == TRITONSERVER_TYPE_BYTES:
+        region = memoryview(files.shared(path, offset + size))[offset : offset + size] if size else b""
         try:
             items = decode_bytes(region)
         except ValueError as error:
-            raise ProtocolError(f"{what}: {error}") from None
+            raise ProtocolError(f"tensor '{name}': {error}") from None
         if len(items) != count:
-            raise ProtocolError(f"{what}: holds {len(items)} BYTES elements, shape {shape} needs {count}")
+            raise ProtocolError(
+                f"tensor '{name}': holds {len(items)} BYTES elements, shape {shape} needs {count}"
+            )
         return Tensor._wrap(name, object_array(items, shape), triton_type)
     dtype = STORAGE_DTYPES[triton_type]
     if size != count * dtype.itemsize:
         raise ProtocolError(
-            f"{what}: {size} bytes do not fit shape {shape} of {datatype} "
-            f"({count * dtype.itemsize} bytes)"
+            f"tensor '{name}': {size} bytes do not fit shape {shape} of "
+            f"{descriptor['datatype']} ({count * dtype.itemsize} bytes)"
         )
-    array = np.frombuffer(region, dtype=dtype, count=count).reshape(shape)
-    if copy:
-        array = array.copy()
+    if size == 0:
+        array = np.empty(shape, dtype)
+    elif copy or size < VIEW_MIN_BYTES:
+        array = np.ndarray(shape, dtype, files.shared(path, offset + size), offset).copy()
+    else:
+        array = np.ndarray(shape, dtype, files.private(path, offset, size), offset)
     return Tensor._wrap(name, array, triton_type)
 
 
-def write_tensor(tensor, arena):
-    """Copy a Tensor into a new arena Block; returns (descriptor, block)."""
-    array = tensor._array
-    if tensor._triton_type == TRITONSERVER_TYPE_BYTES:
-        payload = encode_bytes(array)
-        block = arena.allocate(len(payload))
-        writer = arena.write_bytes
-    else:
-        payload = array
-        block = arena.allocate(array.nbytes)
-        writer = arena.write_array
-    try:
-        if block.size:
-            writer(block, payload)
-    except BaseException:
-        arena.free(block)
-        raise
-    descriptor = {
-        "name": tensor._name,
-        "datatype": WIRE_NAMES[tensor._triton_type],
-        "shape": [int(dim) for dim in array.shape],
-        "shm": {"path": block.path, "offset": block.offset, "size": block.size},
-    }
-    return descriptor, block
+def descriptor_json(name, triton_type, shape, path_json, offset, size):
+    """A tensor descriptor as JSON text (`path_json`: the path as JSON).
+    Descriptors are what the worker's answers are made of; building their
+    text directly takes a fraction of what the json module needs for the
+    dict."""
+    return (
+        f'{{"name":{_ENCODER.encode(name)},"datatype":"{WIRE_NAMES[triton_type]}",'
+        f'"shape":[{",".join(map(str, shape))}],'
+        f'"shm":{{"path":{path_json},"offset":{offset},"size":{size}}}}}'
+    )
 
 
 def write_tensors(tensors, arena):
-    """Descriptors and Blocks for several tensors; on failure frees the
-    Blocks already written and re-raises."""
-    descriptors, blocks = [], []
+    """Copy Tensors into one new arena Block; returns their descriptors (as
+    JSON texts, see descriptor_json) and the Block. On failure frees the
+    Block and re-raises."""
+    payloads, sizes = [], []
+    for tensor in tensors:
+        if tensor._triton_type == TRITONSERVER_TYPE_BYTES:
+            payload = encode_bytes(tensor._array)
+            sizes.append(len(payload))
+        else:
+            payload = tensor._array
+            sizes.append(payload.nbytes)
+        payloads.append(payload)
+    block, offsets = arena.allocate(sizes)
+    path_json = _ENCODER.encode(block.path)
+    descriptors = []
     try:
-        for tensor in tensors:
-            descriptor, block = write_tensor(tensor, arena)
-            descriptors.append(descriptor)
-            blocks.append(block)
+        for tensor, payload, size, offset in zip(tensors, payloads, sizes, offsets):
+            if size:
+                if type(payload) is bytes:
+                    block.write_bytes(offset, payload)
+                else:
+                    block.write_array(offset, payload)
+            descriptors.append(descriptor_json(
+                tensor._name, tensor._triton_type, tensor._array.shape, path_json, offset, size
+            ))
     except BaseException:
-        for block in blocks:
-            arena.free(block)
+        arena.free(block)
         raise
-    return descriptors, blocks
+    return descriptors, block

@@ -9,8 +9,8 @@ from harness import ShmFile, Worker
 def start_worker():
     workers = []
 
-    def start():
-        worker = Worker()
+    def start(transport="pipes"):
+        worker = Worker(transport)
         workers.append(worker)
         return worker
 

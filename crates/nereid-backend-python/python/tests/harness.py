@@ -1,11 +1,13 @@
 """Plays the Nereid server's side of the worker protocol (see ../README.md):
-starts nereid_worker.py as a subprocess, writes and reads frames, owns a
-shared-memory file for input tensors, and reads output tensors back."""
+starts nereid_worker.py as a subprocess, writes and reads frames (over two
+pipes, or one socket as the worker's stdin and stdout), owns a shared-memory
+file for input tensors, and reads output tensors back."""
 
 import json
 import os
 import queue
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -51,15 +53,25 @@ def model_file(name):
 
 
 class Worker:
-    """A running nereid_worker.py. Frames from it are read by a thread so
-    that every wait has a timeout."""
+    """A running nereid_worker.py, talked to over `transport`: "pipes" (its
+    stdin and stdout) or "socket" (one socket as both). Frames from it are
+    read by a thread so that every wait has a timeout."""
 
-    def __init__(self):
+    def __init__(self, transport="pipes"):
         env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR))
-        self.process = subprocess.Popen(
-            [sys.executable, str(PYTHON_DIR / "nereid_worker.py")],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-        )
+        command = [sys.executable, str(PYTHON_DIR / "nereid_worker.py")]
+        if transport == "socket":
+            self._socket, theirs = socket.socketpair()
+            self.process = subprocess.Popen(command, stdin=theirs, stdout=theirs,
+                                            stderr=subprocess.PIPE, env=env)
+            theirs.close()
+            self._to_worker = self._socket.makefile("wb")
+            self._from_worker = self._socket.makefile("rb")
+        else:
+            self._socket = None
+            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, env=env)
+            self._to_worker, self._from_worker = self.process.stdin, self.process.stdout
         self.frames = queue.Queue()
         self.logs = []
         self.released = []
@@ -69,7 +81,7 @@ class Worker:
         self._stderr_reader.start()
 
     def _read_frames(self):
-        stream = self.process.stdout
+        stream = self._from_worker
         while True:
             header = stream.read(4)
             if len(header) < 4:
@@ -88,10 +100,20 @@ class Worker:
             self._stderr_reader.join(timeout=TIMEOUT)
         return "".join(self._stderr)
 
-    def send(self, message):
-        payload = json.dumps(message).encode("utf-8")
-        self.process.stdin.write(struct.pack("<I", len(payload)) + payload)
-        self.process.stdin.flush()
+    def send(self, *messages):
+        """Send frames, all in one write."""
+        self.write_raw(b"".join(frame(message) for message in messages))
+
+    def write_raw(self, data):
+        self._to_worker.write(data)
+        self._to_worker.flush()
+
+    def end_input(self):
+        """Close the worker's input (the server going away)."""
+        if self._socket is None:
+            self._to_worker.close()
+        else:
+            self._socket.shutdown(socket.SHUT_WR)
 
     def receive(self, timeout=TIMEOUT):
         """The next frame that is neither a `log` (kept in `logs`) nor a
@@ -125,8 +147,10 @@ class Worker:
                 self.process.wait()
         for name in arena_files(self.process.pid):
             os.unlink(os.path.join("/dev/shm", name))
-        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+        for stream in (self._to_worker, self._from_worker, self.process.stderr):
             stream.close()
+        if self._socket is not None:
+            self._socket.close()
 
     def initialize(self, model, config=None, instance=None):
         """Send `initialize` for tests/models/<model> and wait for `ready`."""
@@ -136,6 +160,12 @@ class Worker:
     def execute(self, requests):
         self.send({"op": "execute", "requests": requests})
         return self.expect("responses")
+
+
+def frame(message):
+    """A message as a frame: length, then JSON."""
+    payload = json.dumps(message).encode("utf-8")
+    return struct.pack("<I", len(payload)) + payload
 
 
 def initialize_message(model, config=None, instance=None):

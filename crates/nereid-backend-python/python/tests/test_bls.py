@@ -4,6 +4,7 @@ worker's `bls` frames with `bls_response` frames (see ../README.md)."""
 import os
 
 import numpy as np
+import pytest
 
 from harness import ShmFile, outputs_by_name, read_tensor, request
 
@@ -66,13 +67,9 @@ def test_bls_error_comes_back_in_the_response(start_worker, shm):
     assert worker.released == [frame["tag"]]
 
 
-def test_async_execute_has_several_bls_calls_in_flight(start_worker, shm):
-    worker = start_worker()
-    worker.initialize("bls_async")
-    a, b = np.arange(4, dtype=np.float32), np.full(4, 3, np.float32)
-    worker.send({"op": "execute", "requests": [
-        request("r", [shm.put("INPUT0", "FP32", a), shm.put("INPUT1", "FP32", b)], ["OUT_LEFT", "OUT_RIGHT"])]})
-    # Both calls arrive before either is answered; answer them in reverse.
+def answer_left_and_right(worker, a, b):
+    """Serve the two calls of bls_async / bls_concurrent, which both arrive
+    before either is answered, in reverse order; returns the reply."""
     frames = {frame["request"]["model_name"]: frame for frame in (worker.expect("bls"), worker.expect("bls"))}
     server_file = ShmFile()
     try:
@@ -85,3 +82,43 @@ def test_async_execute_has_several_bls_calls_in_flight(start_worker, shm):
     outputs = outputs_by_name(reply["responses"][0])
     np.testing.assert_array_equal(read_tensor(outputs["OUT_LEFT"]), a + b)
     np.testing.assert_array_equal(read_tensor(outputs["OUT_RIGHT"]), a * b)
+    return reply
+
+
+@pytest.mark.parametrize("transport", ["pipes", "socket"])
+def test_async_execute_has_several_bls_calls_in_flight(start_worker, shm, transport):
+    worker = start_worker(transport)
+    worker.initialize("bls_async")
+    a, b = np.arange(4, dtype=np.float32), np.full(4, 3, np.float32)
+    for _ in range(2):  # the instance's event loop serves every execute
+        worker.released.clear()
+        worker.send({"op": "execute", "requests": [
+            request("r", [shm.put("INPUT0", "FP32", a), shm.put("INPUT1", "FP32", b)], ["OUT_LEFT", "OUT_RIGHT"])]})
+        answer_left_and_right(worker, a, b)
+
+
+@pytest.mark.parametrize("how", ["threads", "asyncio_run"])
+def test_bls_off_the_main_thread_while_it_waits(start_worker, shm, how):
+    worker = start_worker()
+    worker.initialize("bls_concurrent")
+    a, b = np.arange(4, dtype=np.float32), np.full(4, 5, np.float32)
+    worker.send({"op": "execute", "requests": [
+        request("r", [shm.put("INPUT0", "FP32", a), shm.put("INPUT1", "FP32", b)], ["OUT_LEFT", "OUT_RIGHT"],
+                parameters={"how": how})]})
+    answer_left_and_right(worker, a, b)
+    if how == "threads":
+        assert sorted(log["message"] for log in worker.logs) == ["calling left", "calling right"]
+
+
+def test_end_of_input_fails_bls_calls_in_flight_then_finalizes(start_worker, shm):
+    worker = start_worker()
+    worker.initialize("bls")
+    data = shm.put("INPUT0", "FP32", np.ones(4, np.float32))
+    worker.send({"op": "execute", "requests": [request("r", [data, dict(data, name="INPUT1")], ["SUM"])]})
+    worker.expect("bls")
+    worker.end_input()
+    reply = worker.expect("responses")
+    assert reply["responses"][0]["error"] == {
+        "message": "The connection to the Nereid server was closed.", "code": "INTERNAL"}
+    assert worker.receive() is None
+    assert worker.wait() == 0

@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -139,8 +140,9 @@ def test_initialize_args_and_request_metadata_reach_the_model(start_worker, shm)
     assert (metadata["request_id"], metadata["correlation_id"], metadata["parameters"]) == ("key-2", 42, "{}")
 
 
-def test_add_sub_answers_every_request_of_a_batch(start_worker, shm):
-    worker = start_worker()
+@pytest.mark.parametrize("transport", ["pipes", "socket"])
+def test_add_sub_answers_every_request_of_a_batch(start_worker, shm, transport):
+    worker = start_worker(transport)
     worker.initialize("add_sub", ADD_SUB_CONFIG)
     rng = np.random.default_rng(1)
     pairs = [(rng.random(4, dtype=np.float32), rng.random(4, dtype=np.float32)) for _ in range(3)]
@@ -284,13 +286,15 @@ def test_protocol_errors_are_answered_and_the_worker_goes_on(start_worker, shm):
     worker.send({"op": "execute", "requests": []})
     assert worker.expect("error")["message"] == "nereid_pb.wire.ProtocolError: execute before initialize"
     payload = b"{not json"
-    worker.process.stdin.write(struct.pack("<I", len(payload)) + payload)
-    worker.process.stdin.flush()
+    worker.write_raw(struct.pack("<I", len(payload)) + payload)
     assert worker.expect("error")["message"].startswith("nereid_pb.wire.ProtocolError: frame is not valid JSON")
     worker.initialize("identity")
     bad = dict(shm.put("INPUT_X", "FP32", np.ones(2, np.float32)), datatype="FP8")
     worker.send({"op": "execute", "requests": [request("r", [bad], ["OUTPUT_X"])]})
     assert worker.expect("error")["message"] == "nereid_pb.wire.ProtocolError: tensor 'INPUT_X': unknown datatype 'FP8'"
+    worker.send({"op": "execute", "requests": [request("r", [], ["OUTPUT_X"]), request("s", [], [], flags="x")]})
+    assert worker.expect("error")["message"] == (
+        "nereid_pb.wire.ProtocolError: request 1: 'flags' has the wrong type (str, expected int)")
     short = dict(shm.put("INPUT_X", "FP32", np.ones(2, np.float32)), shape=[3])
     worker.send({"op": "execute", "requests": [request("r", [short], ["OUTPUT_X"])]})
     assert "8 bytes do not fit shape [3] of FP32 (12 bytes)" in worker.expect("error")["message"]
@@ -301,13 +305,23 @@ def test_protocol_errors_are_answered_and_the_worker_goes_on(start_worker, shm):
 # cancellation, logging, output isolation --------------------------------------------
 
 
-def test_cancel_marks_only_the_named_requests(start_worker, shm):
-    worker = start_worker()
+@pytest.mark.parametrize("transport", ["pipes", "socket"])
+@pytest.mark.parametrize("together", [False, True], ids=["later", "same_write"])
+def test_cancel_reaches_a_running_execute_that_does_no_bls(start_worker, shm, transport, together):
+    # The model only polls is_cancelled(); the cancel comes while it runs,
+    # or in the same write as the execute (then it is read with it).
+    worker = start_worker(transport)
     worker.initialize("cancellable")
     data = shm.put("IN", "INT32", np.array([7]))
-    worker.send({"op": "execute", "requests": [request("a", [data], ["OUT"]), request("b", [data], ["OUT"])]})
-    worker.send({"op": "cancel", "request_ids": ["b", "not-running"]})
-    kept, cancelled = worker.expect("responses")["responses"]
+    execute = {"op": "execute", "requests": [request("a", [data], ["OUT"]), request("b", [data], ["OUT"])]}
+    cancel = {"op": "cancel", "request_ids": ["b", "not-running"]}
+    if together:
+        worker.send(execute, cancel)
+    else:
+        worker.send(execute)
+        time.sleep(0.1)
+        worker.send(cancel)
+    kept, cancelled = worker.expect("responses", timeout=5)["responses"]
     np.testing.assert_array_equal(read_tensor(kept["outputs"][0]), [7])
     assert cancelled["error"] == {"message": "request cancelled", "code": "CANCELLED"}
 
@@ -353,7 +367,7 @@ def test_arena_grows_and_retires_old_files(start_worker, shm):
     assert arena_files(worker.process.pid) == [os.path.basename(second["shm"]["path"])]
 
 
-def test_inputs_are_remapped_when_the_server_file_grows_or_is_replaced(start_worker):
+def test_inputs_are_remapped_when_the_server_file_grows(start_worker):
     worker = start_worker()
     worker.initialize("identity")
     server_file = ShmFile(size=1 << 16)
@@ -365,22 +379,37 @@ def test_inputs_are_remapped_when_the_server_file_grows_or_is_replaced(start_wor
             data = np.full(1024, step + 1, np.int32)
             reply = worker.execute([request("r", [server_file.put("INPUT_X", "INT32", data)], ["OUTPUT_X"])])
             np.testing.assert_array_equal(read_tensor(reply["responses"][0]["outputs"][0]), data)
-        os.unlink(server_file.path)  # same path, new file
-        with open(server_file.path, "wb") as handle:
-            handle.truncate(1 << 22)
-        server_file.offset = (1 << 22) - 4096
-        data = np.full(1024, 9, np.int32)
-        reply = worker.execute([request("r", [server_file.put("INPUT_X", "INT32", data)], ["OUTPUT_X"])])
-        np.testing.assert_array_equal(read_tensor(reply["responses"][0]["outputs"][0]), data)
-        # A file the server removed is unmapped at the next execute.
-        other = ShmFile()
+        # A file the server removed is unmapped once a new file shows up.
+        other, newer = ShmFile(), ShmFile()
         worker.execute([request("r", [other.put("INPUT_X", "INT32", data)], ["OUTPUT_X"])])
         other.close()
         worker.execute([request("r", [server_file.put("INPUT_X", "INT32", data)], ["OUTPUT_X"])])
         with open(f"/proc/{worker.process.pid}/maps") as maps:
+            assert other.path in maps.read()
+        worker.execute([request("r", [newer.put("INPUT_X", "INT32", data)], ["OUTPUT_X"])])
+        newer.close()
+        with open(f"/proc/{worker.process.pid}/maps") as maps:
             assert other.path not in maps.read()
     finally:
         server_file.close()
+
+
+@pytest.mark.parametrize("size", [4, 1 << 16], ids=["small_copied", "large_viewed"])
+def test_inputs_are_writable_without_touching_the_server_file(start_worker, shm, size):
+    worker = start_worker()
+    worker.initialize("increment")
+    first = np.arange(size, dtype=np.int32)
+    descriptor = shm.put("INPUT_X", "INT32", first)
+    reply = worker.execute([request("r", [descriptor], ["OUTPUT_X"])])
+    np.testing.assert_array_equal(read_tensor(reply["responses"][0]["outputs"][0]), first + 1)
+    np.testing.assert_array_equal(read_tensor(descriptor), first)
+    # The server reuses the region: the model sees the new data, not the
+    # pages it wrote before.
+    second = np.full(size, 1000, np.int32)
+    shm.write(descriptor["shm"]["offset"], second.tobytes())
+    reply = worker.execute([request("r", [descriptor], ["OUTPUT_X"])])
+    np.testing.assert_array_equal(read_tensor(reply["responses"][0]["outputs"][0]), second + 1)
+    np.testing.assert_array_equal(read_tensor(descriptor), second)
 
 
 def test_finalize_calls_the_model_and_removes_the_arena(start_worker, shm):
@@ -396,10 +425,11 @@ def test_finalize_calls_the_model_and_removes_the_arena(start_worker, shm):
     assert arena_files(pid) == []
 
 
-def test_end_of_input_finalizes_and_exits(start_worker):
-    worker = start_worker()
+@pytest.mark.parametrize("transport", ["pipes", "socket"])
+def test_end_of_input_finalizes_and_exits(start_worker, transport):
+    worker = start_worker(transport)
     worker.initialize("echo_args")
-    worker.process.stdin.close()
+    worker.end_input()
     assert worker.receive() is None  # collects the logs up to the end
     assert worker.wait() == 0
     assert worker.logs[-1]["message"] == "finalize called"
