@@ -11,6 +11,7 @@
 //! beside the serving one and swapped in when ready.
 
 mod batch;
+mod classify;
 mod ensemble;
 mod lifecycle;
 mod memory;
@@ -24,6 +25,7 @@ mod scheduler;
 mod source;
 pub mod stats;
 mod validate;
+mod warmup;
 mod watcher;
 mod worker;
 

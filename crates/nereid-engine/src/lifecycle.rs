@@ -288,7 +288,12 @@ fn load_versions(
                         Some(backend) => {
                             LoadedVersion::load(backend, config, v.version, v.model_path.clone())?
                         }
-                        None => LoadedVersion::ensemble(config, v.version, Arc::clone(composer)),
+                        None => LoadedVersion::ensemble(
+                            config,
+                            v.version,
+                            &v.model_path,
+                            Arc::clone(composer),
+                        )?,
                     };
                     Ok((loaded, fingerprint))
                 });

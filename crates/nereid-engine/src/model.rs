@@ -13,10 +13,12 @@ use tokio::sync::oneshot;
 use nereid_ensemble::{Composer, Pipeline};
 use nereid_scheduler::{BatcherConfig, ResponseOrder};
 
+use crate::classify::{self, Labels};
 use crate::scheduler::job::Job;
 use crate::scheduler::{BatchingScheduler, DirectScheduler, Scheduler};
 use crate::stats::{ComputeTimes, ModelStats};
 use crate::validate::validate;
+use crate::warmup;
 use crate::worker::{WorkerContext, start_workers};
 
 /// Requests each instance may have queued before new ones are refused.
@@ -30,6 +32,8 @@ pub struct LoadedVersion {
     pub stats: Arc<ModelStats>,
     /// Set when an instance can serve no more (see `ModelInstance::failure`).
     failure: Arc<OnceLock<String>>,
+    /// Class labels of the outputs, for classification.
+    labels: Labels,
     runner: Runner,
 }
 
@@ -72,6 +76,9 @@ impl LoadedVersion {
     ) -> Result<LoadedVersion, Error> {
         let batching = BatcherConfig::from_model_config(&config)
             .map_err(|e| Error::invalid_argument(e.to_string()))?;
+        let model_dir = model_dir(&model_path, 2);
+        let labels = Labels::load(&config, model_dir)?;
+        let warmup = warmup::samples(&config, model_dir)?;
         let sources = instance_sources(&config, version, &model_path)?;
         let instances = sources.len();
         let (queue_tx, queue_rx) = crossbeam_channel::bounded(QUEUE_PER_INSTANCE * instances);
@@ -83,6 +90,7 @@ impl LoadedVersion {
             batching: config.max_batch_size > 0,
             stats: Arc::clone(&stats),
             failure: Arc::clone(&failure),
+            warmup,
         });
         start_workers(backend, sources, ctx, &queue_rx)?;
         let order = batching
@@ -101,6 +109,7 @@ impl LoadedVersion {
             config,
             stats,
             failure,
+            labels,
             runner: Runner::Instances { scheduler, order },
         })
     }
@@ -110,21 +119,24 @@ impl LoadedVersion {
     pub fn ensemble(
         config: Arc<ModelConfig>,
         version: i64,
+        version_dir: &std::path::Path,
         composer: Arc<dyn Composer>,
-    ) -> LoadedVersion {
+    ) -> Result<LoadedVersion, Error> {
+        let labels = Labels::load(&config, model_dir(version_dir, 1))?;
         let pipeline = Pipeline::new(&config, version);
         let models = pipeline.models().map(|(m, v)| (m.to_string(), v)).collect();
-        LoadedVersion {
+        Ok(LoadedVersion {
             version,
             config,
             stats: Arc::new(ModelStats::default()),
             failure: Arc::default(),
+            labels,
             runner: Runner::Ensemble {
                 pipeline,
                 composer,
                 models,
             },
-        }
+        })
     }
 
     /// Why the version can serve no more, once one of its instances said
@@ -145,13 +157,28 @@ impl LoadedVersion {
     /// returned future abandons the request: a worker skips it.
     pub async fn infer(&self, request: InferRequest) -> Result<InferResponse, Error> {
         let enqueued = Instant::now();
-        let request = match validate(&self.config, request) {
-            Ok(r) => r,
+        let checked = classify::requested(&request)
+            .and_then(|classes| Ok((validate(&self.config, request)?, classes)));
+        let (request, classes) = match checked {
+            Ok(checked) => checked,
             Err(e) => {
                 self.stats.record_failure(enqueued.elapsed());
                 return Err(e);
             }
         };
+        let mut response = self.run(request, enqueued).await?;
+        if !classes.is_empty() {
+            let batching = self.config.max_batch_size > 0;
+            classify::apply(&mut response, &classes, &self.labels, batching)?;
+        }
+        Ok(response)
+    }
+
+    async fn run(
+        &self,
+        request: crate::ValidatedRequest,
+        enqueued: Instant,
+    ) -> Result<InferResponse, Error> {
         let (scheduler, order) = match &self.runner {
             Runner::Instances { scheduler, order } => (scheduler, order),
             Runner::Ensemble {
@@ -244,4 +271,10 @@ fn instance_sources(
             instance_index,
         })
         .collect())
+}
+
+/// The model's folder: `levels` up from a version's model file (2) or
+/// version folder (1). Labels and warmup files are named relative to it.
+fn model_dir(path: &std::path::Path, levels: usize) -> &std::path::Path {
+    path.ancestors().nth(levels).unwrap_or(path)
 }

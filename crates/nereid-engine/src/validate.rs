@@ -10,7 +10,7 @@ use nereid_core::tensor::{count_bytes_elements, element_count, fixed_byte_size};
 use nereid_core::{DataType, Error, InferRequest, InputTensor};
 
 /// A request that fits its model: what the scheduler and workers need.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ValidatedRequest {
     pub request: InferRequest,
     /// Inferences this request counts for: its batch dimension, or 1 for a

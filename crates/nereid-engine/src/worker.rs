@@ -18,6 +18,7 @@ use crate::batch::{gather, pick, scatter};
 use crate::scheduler::job::Job;
 use crate::stats::{ComputeTimes, ModelStats};
 use crate::validate::ValidatedRequest;
+use crate::warmup::{self, WarmupSample};
 
 /// What every worker of one model version shares.
 #[derive(Debug)]
@@ -28,6 +29,8 @@ pub struct WorkerContext {
     pub stats: Arc<ModelStats>,
     /// Why the version can serve no more, once an instance says so.
     pub failure: Arc<OnceLock<String>>,
+    /// Run on each instance after it loads, before it takes requests.
+    pub warmup: Vec<WarmupSample>,
 }
 
 /// Starts one worker thread per source; returns once every instance has
@@ -82,6 +85,15 @@ fn run_worker(
             return;
         }
     };
+    if let Err(e) = warmup::run(instance.as_mut(), &ctx.warmup, ctx.batching, &ctx.stats) {
+        let _ = loaded.send(Err(Error::internal(format!(
+            "failed to load '{}' version {}: {}",
+            source.model_name,
+            source.version,
+            e.message()
+        ))));
+        return;
+    }
     if loaded.send(Ok(())).is_err() {
         return;
     }

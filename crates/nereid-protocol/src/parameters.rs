@@ -50,11 +50,5 @@ pub(crate) fn refuse_shared_memory(params: &Parameters, what: &str) -> Result<()
 
 /// Checks an output's parameters for features not built yet.
 pub(crate) fn refuse_unsupported_output(params: &Parameters, what: &str) -> Result<(), Error> {
-    refuse_shared_memory(params, what)?;
-    if params.contains_key("classification") {
-        return Err(Error::unsupported(format!(
-            "{what} asks for classification, which this server does not support yet"
-        )));
-    }
-    Ok(())
+    refuse_shared_memory(params, what)
 }

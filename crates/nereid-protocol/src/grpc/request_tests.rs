@@ -215,7 +215,7 @@ fn bad_datatypes_and_dims_are_refused() {
 }
 
 #[test]
-fn classification_and_shared_memory_are_unsupported() {
+fn classification_passes_through_and_shared_memory_is_unsupported() {
     let mut r = request(vec![], vec![]);
     let mut out = InferRequestedOutputTensor {
         name: "OUT".into(),
@@ -228,7 +228,11 @@ fn classification_and_shared_memory_are_unsupported() {
         },
     );
     r.outputs.push(out);
-    assert_eq!(error(r).kind(), ErrorKind::Unsupported);
+    let decoded = decode_infer_request(r).unwrap();
+    assert_eq!(
+        decoded.outputs[0].parameters.get("classification"),
+        Some(&Parameter::Int64(3))
+    );
 
     let mut i = input("INPUT0", "INT32", &[1]);
     i.parameters.insert(
