@@ -24,7 +24,11 @@ impl Labels {
     /// Triton.
     pub fn load(config: &ModelConfig, model_dir: &Path) -> Result<Labels, Error> {
         let mut labels = HashMap::new();
-        for output in config.output.iter().filter(|o| !o.label_filename.is_empty()) {
+        for output in config
+            .output
+            .iter()
+            .filter(|o| !o.label_filename.is_empty())
+        {
             let path = model_dir.join(&output.label_filename);
             let text = std::fs::read_to_string(&path).map_err(|e| {
                 Error::invalid_argument(format!(
@@ -185,7 +189,12 @@ impl<'a> Values<'a> {
             _ => self
                 .float(a)
                 .partial_cmp(&self.float(b))
-                .unwrap_or_else(|| self.float(a).is_nan().cmp(&self.float(b).is_nan()).reverse()),
+                .unwrap_or_else(|| {
+                    self.float(a)
+                        .is_nan()
+                        .cmp(&self.float(b).is_nan())
+                        .reverse()
+                }),
         }
     }
 

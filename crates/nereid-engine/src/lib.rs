@@ -11,6 +11,7 @@
 //! beside the serving one and swapped in when ready.
 
 mod batch;
+mod cache;
 mod classify;
 mod ensemble;
 mod lifecycle;
@@ -76,6 +77,8 @@ struct Inner {
     /// Poll mode's repository watcher, once started.
     watcher: Mutex<Option<watcher::Watcher>>,
     janitor: memory::Janitor,
+    /// The response cache, when the server has one.
+    cache: Option<cache::ResponseCache>,
     /// Which models ensembles loaded or unloaded on their own account.
     links: Mutex<ensemble::Links>,
     started: AtomicBool,
@@ -103,6 +106,7 @@ impl Engine {
         backends: Vec<Arc<dyn Backend>>,
     ) -> Engine {
         let repository = Repository::new(options.repositories.clone(), options.strict_model_config);
+        let cache = options.response_cache_bytes.map(cache::ResponseCache::new);
         Engine {
             inner: Arc::new(Inner {
                 options,
@@ -113,6 +117,7 @@ impl Engine {
                 locks: Mutex::new(HashMap::new()),
                 watcher: Mutex::new(None),
                 janitor: memory::Janitor::start(),
+                cache,
                 links: Mutex::new(ensemble::Links::default()),
                 started: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),

@@ -14,6 +14,7 @@ use nereid_core::{Backend, Error};
 use nereid_ensemble::Composer;
 use nereid_repository::ResolvedModel;
 
+use crate::cache::ResponseCache;
 use crate::model::LoadedVersion;
 use crate::plan::{Plan, Serving, Target, plan, same_config};
 use crate::registry::{ModelEntry, UNLOADED, VersionEntry};
@@ -72,7 +73,8 @@ impl Engine {
             .collect();
         self.inner.registry.write().mark_loading(&name, &fresh);
         let composer = crate::ensemble::EngineComposer::for_engine(self);
-        let results = load_versions(&resolved, &targets, &plan.load, &composer);
+        let cache = self.inner.cache.as_ref();
+        let results = load_versions(&resolved, &targets, &plan.load, &composer, cache);
         let (entry, retired, errors) = commit(current, &plan, results, &source);
         let replaced = self.inner.registry.write().set(name.clone(), entry);
         // Released outside the lock: requests still holding these finish first.
@@ -269,8 +271,10 @@ fn load_versions(
     targets: &[Target],
     load: &[i64],
     composer: &Arc<dyn Composer>,
+    cache: Option<&ResponseCache>,
 ) -> Vec<(i64, Loaded)> {
     let config = Arc::new(resolved.config.clone());
+    let cache = response_cache(&config, cache);
     std::thread::scope(|scope| {
         let handles: Vec<_> = resolved
             .versions
@@ -294,6 +298,10 @@ fn load_versions(
                             &v.model_path,
                             Arc::clone(composer),
                         )?,
+                    };
+                    let loaded = match cache {
+                        Some(cache) => loaded.with_cache(cache),
+                        None => loaded,
                     };
                     Ok((loaded, fingerprint))
                 });
@@ -384,4 +392,20 @@ fn commit(
         }
     }
     (next, retired, errors)
+}
+
+/// The cache a model's versions use: the server's, when the config enables
+/// it. Enabled without a server cache, it is off, with a warning (Triton
+/// does the same).
+fn response_cache<'a>(
+    config: &ModelConfig,
+    cache: Option<&'a ResponseCache>,
+) -> Option<&'a ResponseCache> {
+    if !config.response_cache.as_ref().is_some_and(|c| c.enable) {
+        return None;
+    }
+    if cache.is_none() {
+        tracing::warn!(model = %config.name, "response_cache is enabled in the model's config, but the server has no cache (--cache-config local,size=N): answers are not cached");
+    }
+    cache
 }

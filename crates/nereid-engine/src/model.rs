@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use nereid_ensemble::{Composer, Pipeline};
 use nereid_scheduler::{BatcherConfig, ResponseOrder};
 
+use crate::cache::{CacheScope, ResponseCache};
 use crate::classify::{self, Labels};
 use crate::scheduler::job::Job;
 use crate::scheduler::{BatchingScheduler, DirectScheduler, Scheduler};
@@ -34,6 +35,9 @@ pub struct LoadedVersion {
     failure: Arc<OnceLock<String>>,
     /// Class labels of the outputs, for classification.
     labels: Labels,
+    /// This version's part of the response cache, when its config enables
+    /// it and the server has one.
+    cache: Option<CacheScope>,
     runner: Runner,
 }
 
@@ -110,6 +114,7 @@ impl LoadedVersion {
             stats,
             failure,
             labels,
+            cache: None,
             runner: Runner::Instances { scheduler, order },
         })
     }
@@ -131,6 +136,7 @@ impl LoadedVersion {
             stats: Arc::new(ModelStats::default()),
             failure: Arc::default(),
             labels,
+            cache: None,
             runner: Runner::Ensemble {
                 pipeline,
                 composer,
@@ -166,10 +172,42 @@ impl LoadedVersion {
                 return Err(e);
             }
         };
+        let Some(cache) = &self.cache else {
+            return self.run_and_classify(request, &classes, enqueued).await;
+        };
+        let lookup = Instant::now();
+        let key = cache.key(&request.request);
+        if let Some(hit) = cache.get(&key) {
+            let mut response = InferResponse::clone(&hit);
+            response.id.clone_from(&request.request.id);
+            self.stats
+                .record_cache_hit(enqueued.elapsed(), lookup.elapsed());
+            return Ok(response);
+        }
+        let missed = lookup.elapsed();
+        let response = self.run_and_classify(request, &classes, enqueued).await?;
+        let insert = Instant::now();
+        cache.insert(key, response.clone());
+        self.stats.record_cache_miss(missed + insert.elapsed());
+        Ok(response)
+    }
+
+    /// Turns on the response cache for this version (see `cache.rs`).
+    pub(crate) fn with_cache(mut self, cache: &ResponseCache) -> LoadedVersion {
+        self.cache = Some(cache.scope());
+        self
+    }
+
+    async fn run_and_classify(
+        &self,
+        request: crate::ValidatedRequest,
+        classes: &[(String, usize)],
+        enqueued: Instant,
+    ) -> Result<InferResponse, Error> {
         let mut response = self.run(request, enqueued).await?;
         if !classes.is_empty() {
             let batching = self.config.max_batch_size > 0;
-            classify::apply(&mut response, &classes, &self.labels, batching)?;
+            classify::apply(&mut response, classes, &self.labels, batching)?;
         }
         Ok(response)
     }

@@ -27,6 +27,9 @@ pub struct EngineOptions {
     pub strict_model_config: bool,
     /// Report ready only when every model is ready.
     pub strict_readiness: bool,
+    /// Size in bytes of the response cache (`--cache-config local,size=N`);
+    /// `None`: no cache, so `response_cache { enable: true }` has no effect.
+    pub response_cache_bytes: Option<u64>,
 }
 
 /// When models load and unload: tritonserver's `--model-control-mode`,

@@ -68,6 +68,8 @@ pub struct ModelStats {
     compute_input: DurationStat,
     compute_infer: DurationStat,
     compute_output: DurationStat,
+    cache_hit: DurationStat,
+    cache_miss: DurationStat,
     inference_count: AtomicU64,
     execution_count: AtomicU64,
     last_inference_ms: AtomicU64,
@@ -85,6 +87,22 @@ impl ModelStats {
         self.compute_infer.record(compute.infer);
         self.compute_output.record(compute.output);
         self.touch();
+    }
+
+    /// One request answered from the response cache after `total`, `lookup`
+    /// of it spent finding the answer. As in Triton it counts as a success
+    /// (and in the queue figures, with no wait), but not in compute.
+    pub fn record_cache_hit(&self, total: Duration, lookup: Duration) {
+        self.success.record(total);
+        self.queue.record(Duration::ZERO);
+        self.cache_hit.record(lookup);
+        self.touch();
+    }
+
+    /// One request the response cache could not answer; `lookup` covers
+    /// looking for it and inserting the new answer.
+    pub fn record_cache_miss(&self, lookup: Duration) {
+        self.cache_miss.record(lookup);
     }
 
     /// One request that failed after passing validation.
@@ -127,6 +145,8 @@ impl ModelStats {
             compute_input: self.compute_input.snapshot(),
             compute_infer: self.compute_infer.snapshot(),
             compute_output: self.compute_output.snapshot(),
+            cache_hit: self.cache_hit.snapshot(),
+            cache_miss: self.cache_miss.snapshot(),
             inference_count: self.inference_count.load(Ordering::Relaxed),
             execution_count: self.execution_count.load(Ordering::Relaxed),
             last_inference_ms: self.last_inference_ms.load(Ordering::Relaxed),
@@ -167,6 +187,10 @@ pub struct StatsSnapshot {
     pub compute_input: DurationSnapshot,
     pub compute_infer: DurationSnapshot,
     pub compute_output: DurationSnapshot,
+    /// Requests answered from the response cache, and the time it took.
+    pub cache_hit: DurationSnapshot,
+    /// Requests the cache could not answer, and the time spent on it.
+    pub cache_miss: DurationSnapshot,
     pub inference_count: u64,
     pub execution_count: u64,
     /// Milliseconds since the epoch of the last request; 0 if none.

@@ -44,7 +44,9 @@ pub fn samples(config: &ModelConfig, model_dir: &Path) -> Result<Vec<WarmupSampl
         names.sort();
         for name in names {
             let input = &warmup.inputs[name];
-            request.inputs.push(warmup_input(config, model_dir, name, input)?);
+            request
+                .inputs
+                .push(warmup_input(config, model_dir, name, input)?);
         }
         let request = validate(config, request).map_err(|e| {
             Error::invalid_argument(format!("warmup sample '{}': {}", warmup.name, e.message()))
@@ -169,7 +171,10 @@ pub fn run(
         for _ in 0..sample.runs {
             let started = Instant::now();
             run_once(instance, sample, batching).map_err(|e| {
-                Error::internal(format!("failed to run warmup sample '{}': {e}", sample.name))
+                Error::internal(format!(
+                    "failed to run warmup sample '{}': {e}",
+                    sample.name
+                ))
             })?;
             let times = ComputeTimes {
                 infer: started.elapsed(),

@@ -19,6 +19,7 @@ fn engine(root: &Path) -> (Engine, Controls) {
         repositories: vec![root.to_path_buf()],
         strict_model_config: false,
         strict_readiness: true,
+        response_cache_bytes: None,
     };
     let engine = Engine::new(options, vec![Arc::new(backend)]);
     engine.load_all().unwrap();

@@ -22,6 +22,7 @@ fn poll_engine(root: &Path) -> Engine {
         repositories: vec![root.to_path_buf()],
         strict_model_config: false,
         strict_readiness: true,
+        response_cache_bytes: None,
     };
     let control = ModelControl {
         mode: ControlMode::Poll,

@@ -20,6 +20,7 @@ async fn each_request_of_a_batch_gets_its_own_answer() {
         repositories: vec![root.path().to_path_buf()],
         strict_model_config: false,
         strict_readiness: true,
+        response_cache_bytes: None,
     };
     let engine = Engine::new(options, vec![Arc::new(backend)]);
     engine.load_all().unwrap();

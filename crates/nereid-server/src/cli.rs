@@ -109,6 +109,49 @@ pub struct Args {
     /// ignored.
     #[arg(long = "backend-config", value_name = "BACKEND,KEY=VALUE")]
     pub backend_config: Vec<String>,
+
+    /// A response cache setting, `<cache>,<key>=<value>`, as tritonserver
+    /// takes them: `local,size=BYTES` makes a cache of that many bytes for
+    /// the models whose config has `response_cache { enable: true }`.
+    #[arg(long = "cache-config", value_name = "CACHE,KEY=VALUE")]
+    pub cache_config: Vec<String>,
+
+    /// The local response cache's size in bytes (tritonserver's older
+    /// spelling of `--cache-config local,size=BYTES`).
+    #[arg(long, value_name = "BYTES")]
+    pub response_cache_byte_size: Option<u64>,
+}
+
+/// The response cache's size from `--cache-config` and
+/// `--response-cache-byte-size`; `None` when neither asks for one.
+fn response_cache_bytes(
+    settings: &[String],
+    byte_size: Option<u64>,
+) -> anyhow::Result<Option<u64>> {
+    let mut size = byte_size;
+    for setting in settings {
+        let Some((cache, pair)) = setting.split_once(',') else {
+            anyhow::bail!("--cache-config {setting}: expected <cache>,<key>=<value>");
+        };
+        let Some((key, value)) = pair.split_once('=') else {
+            anyhow::bail!("--cache-config {setting}: expected <cache>,<key>=<value>");
+        };
+        match (cache, key) {
+            ("local", "size") => {
+                let bytes = value.parse::<u64>().map_err(|_| {
+                    anyhow::anyhow!("--cache-config {setting}: size must be a number of bytes")
+                })?;
+                size = Some(bytes);
+            }
+            ("local", _) => {
+                anyhow::bail!("--cache-config {setting}: the local cache has one setting, 'size'")
+            }
+            _ => anyhow::bail!(
+                "--cache-config {setting}: Nereid has the 'local' cache only, not '{cache}'"
+            ),
+        }
+    }
+    Ok(size.filter(|&bytes| bytes > 0))
 }
 
 /// The interpreter `--backend-config=python,python-path=...` names.
@@ -170,6 +213,10 @@ impl Args {
                 repositories: self.model_repository,
                 strict_model_config: self.strict_model_config,
                 strict_readiness: self.strict_readiness,
+                response_cache_bytes: response_cache_bytes(
+                    &self.cache_config,
+                    self.response_cache_byte_size,
+                )?,
             },
             model_control: ModelControl {
                 mode: self.model_control_mode.into(),
@@ -209,6 +256,26 @@ mod tests {
             PathBuf::from("/opt/py/bin/python")
         );
         assert!(python_path(&["python".to_string()]).is_err());
+    }
+
+    #[test]
+    fn cache_config_sizes_the_local_cache_and_refuses_the_rest() {
+        let set = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(response_cache_bytes(&[], None).unwrap(), None);
+        assert_eq!(
+            response_cache_bytes(&set(&["local,size=1048576"]), None).unwrap(),
+            Some(1 << 20)
+        );
+        assert_eq!(response_cache_bytes(&[], Some(4096)).unwrap(), Some(4096));
+        for bad in [
+            "local",
+            "local,size",
+            "local,size=lots",
+            "local,ttl=3",
+            "redis,host=h",
+        ] {
+            assert!(response_cache_bytes(&set(&[bad]), None).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ async fn start() -> (RunningServer, String) {
             repositories: vec![root],
             strict_model_config: false,
             strict_readiness: true,
+            response_cache_bytes: None,
         },
         model_control: ModelControl::default(),
         exit_on_error: true,
