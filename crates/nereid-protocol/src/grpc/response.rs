@@ -89,6 +89,7 @@ mod tests {
                 },
             ],
             parameters: Parameters::from([("p".to_string(), Parameter::Int64(4))]),
+            in_shared_memory: Vec::new(),
         };
         let encoded = encode_infer_response(response);
         assert_eq!(encoded.model_name, "simple");
