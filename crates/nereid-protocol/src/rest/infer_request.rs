@@ -221,12 +221,15 @@ fn decode_output(
 ) -> Result<RequestedOutput, Error> {
     let what = format!("output '{}'", output.name);
     let mut parameters = params::from_json(output.parameters.unwrap_or_default(), &what)?;
-    if SharedMemoryRef::is_in(&parameters) && parameters.contains_key("binary_data") {
+    let binary = take_bool(&mut parameters, "binary_data", &what)?;
+    // tritonclient sends `binary_data: false` with a region; Triton
+    // refuses only `true`.
+    if binary == Some(true) && SharedMemoryRef::is_in(&parameters) {
         return Err(Error::invalid_argument(
             "Output can't set both 'shared_memory_region' and 'binary_data'",
         ));
     }
-    if let Some(binary) = take_bool(&mut parameters, "binary_data", &what)? {
+    if let Some(binary) = binary {
         encoding.explicit.push((output.name.clone(), binary));
     }
     refuse_unsupported_output(&parameters, &what)?;
