@@ -69,9 +69,10 @@ fn not_unsigned(key: &str) -> Error {
     )
 }
 
-/// Triton answers a mistyped shared memory parameter with an internal error.
+/// Triton's words; Triton answers 500 (internal), but the mistake is the
+/// client's.
 fn unparsable(key: &str, detail: &str) -> Error {
-    Error::internal(format!("Unable to parse '{key}': {detail}"))
+    Error::invalid_argument(format!("Unable to parse '{key}': {detail}"))
 }
 
 #[cfg(test)]

@@ -83,7 +83,10 @@ impl SharedMemoryPlan {
     /// data leaves the response, which names them in `in_shared_memory`.
     pub fn write(self, response: &mut InferResponse) -> Result<(), SharedMemoryError> {
         for target in self.outputs {
-            let Some(tensor) = response.outputs.iter_mut().find(|t| t.name == target.output)
+            let Some(tensor) = response
+                .outputs
+                .iter_mut()
+                .find(|t| t.name == target.output)
             else {
                 continue;
             };

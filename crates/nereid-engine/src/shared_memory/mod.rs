@@ -12,8 +12,8 @@ use nereid_core::Error;
 use parking_lot::Mutex;
 
 pub use io::SharedMemoryPlan;
-pub use region::RegionStatus;
 use region::Region;
+pub use region::RegionStatus;
 
 /// What went wrong with a region, in Triton's words.
 #[derive(Debug, thiserror::Error)]
@@ -67,15 +67,17 @@ impl From<SharedMemoryError> for Error {
         let message = e.to_string();
         match e {
             E::AlreadyRegistered(_) => Error::new(nereid_core::ErrorKind::AlreadyExists, message),
-            E::OutsideFile { .. } | E::Empty { .. } | E::Map { .. } => {
+            // Triton answers a key that cannot be opened and an output
+            // region too small with 500 (internal); the mistake is the
+            // client's.
+            E::Open { .. } | E::OutsideFile { .. } | E::Empty { .. } | E::Map { .. } => {
                 Error::invalid_argument(message)
             }
-            E::Offset(_) | E::Range(_) => Error::invalid_argument(message),
-            E::NoStatus(_) | E::Unknown(_) => Error::not_found(message),
-            // Triton answers these as internal errors.
-            E::Open { .. } | E::OutputTooSmall { .. } | E::Write { .. } => {
-                Error::internal(message)
+            E::Offset(_) | E::Range(_) | E::OutputTooSmall { .. } => {
+                Error::invalid_argument(message)
             }
+            E::NoStatus(_) | E::Unknown(_) => Error::not_found(message),
+            E::Write { .. } => Error::internal(message),
         }
     }
 }

@@ -79,11 +79,12 @@ impl Region {
             unsafe_code,
             reason = "mapping a client's shared memory object is the extension's purpose; see the module comment"
         )]
-        let map = unsafe { MmapOptions::new().offset(status.offset).len(len).map(&file) }
-            .map_err(|source| SharedMemoryError::Map {
+        let map = unsafe { MmapOptions::new().offset(status.offset).len(len).map(&file) }.map_err(
+            |source| SharedMemoryError::Map {
                 name: name.clone(),
                 source,
-            })?;
+            },
+        )?;
         Ok(Region { status, file, map })
     }
 

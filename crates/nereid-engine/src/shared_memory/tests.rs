@@ -66,7 +66,10 @@ fn registers_shows_and_unregisters() {
     registry.register("b", &key, 8, 16).unwrap();
     registry.register("a", &key[1..], 0, 64).unwrap();
     let all = registry.status(None).unwrap();
-    assert_eq!(all.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(
+        all.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
     assert_eq!(all[1].offset, 8);
     assert_eq!(all[1].byte_size, 16);
     assert_eq!(all[1].key, key);
@@ -96,7 +99,9 @@ fn refuses_what_triton_refuses() {
     assert!(matches!(e, SharedMemoryError::OutsideFile { .. }));
     let e = registry.register("s", &key, 0, 0).unwrap_err();
     assert!(matches!(e, SharedMemoryError::Empty { .. }));
-    let e = registry.register("s", "/nereid-no-such-object", 0, 8).unwrap_err();
+    let e = registry
+        .register("s", "/nereid-no-such-object", 0, 8)
+        .unwrap_err();
     assert_eq!(
         message(e),
         "Unable to open shared memory region: '/nereid-no-such-object'"
@@ -124,14 +129,36 @@ fn bad_input_places_are_refused_in_tritons_order() {
     let registry = SharedMemoryRegistry::default();
     registry.register("r", &key, 0, 32).unwrap();
     let cases = [
-        (place("nope", 0, Some(4)), ErrorKind::NotFound, "Unable to find shared memory region: 'nope'"),
-        (place("r", 32, Some(4)), ErrorKind::InvalidArgument, "Invalid offset for shared memory region: 'r'"),
-        (place("r", 30, Some(4)), ErrorKind::InvalidArgument, "Invalid offset + byte size for shared memory region: 'r'"),
-        (place("r", 0, None), ErrorKind::InvalidArgument, "Invalid offset + byte size for shared memory region: 'r'"),
-        (place("r", -1, Some(4)), ErrorKind::Internal, "Unable to parse 'shared_memory_offset': attempt to access JSON non-unsigned-integer as unsigned-integer"),
+        (
+            place("nope", 0, Some(4)),
+            ErrorKind::NotFound,
+            "Unable to find shared memory region: 'nope'",
+        ),
+        (
+            place("r", 32, Some(4)),
+            ErrorKind::InvalidArgument,
+            "Invalid offset for shared memory region: 'r'",
+        ),
+        (
+            place("r", 30, Some(4)),
+            ErrorKind::InvalidArgument,
+            "Invalid offset + byte size for shared memory region: 'r'",
+        ),
+        (
+            place("r", 0, None),
+            ErrorKind::InvalidArgument,
+            "Invalid offset + byte size for shared memory region: 'r'",
+        ),
+        (
+            place("r", -1, Some(4)),
+            ErrorKind::InvalidArgument,
+            "Unable to parse 'shared_memory_offset': attempt to access JSON non-unsigned-integer as unsigned-integer",
+        ),
     ];
     for (params, kind, text) in cases {
-        let e = registry.prepare(&mut request_with_input(params)).unwrap_err();
+        let e = registry
+            .prepare(&mut request_with_input(params))
+            .unwrap_err();
         assert_eq!((e.kind(), e.message()), (kind, text));
     }
 }

@@ -37,7 +37,9 @@ pub fn decode_infer_request(request: ModelInferRequest) -> Result<InferRequest, 
         .into_iter()
         .map(|input| {
             // As in Triton, inputs in shared memory take no raw contents.
-            let in_shm = input.parameters.contains_key(nereid_core::shared_memory::REGION);
+            let in_shm = input
+                .parameters
+                .contains_key(nereid_core::shared_memory::REGION);
             let raw_data = if has_raw && !in_shm { raw.next() } else { None };
             decode_input(&model_name, input, has_raw, raw_data)
         })

@@ -176,14 +176,20 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<SystemSharedMemoryStatusRequest>,
     ) -> Rpc<SystemSharedMemoryStatusResponse> {
-        answer(shared_memory::system_status(&self.engine, request.into_inner()))
+        answer(shared_memory::system_status(
+            &self.engine,
+            request.into_inner(),
+        ))
     }
 
     async fn system_shared_memory_register(
         &self,
         request: Request<SystemSharedMemoryRegisterRequest>,
     ) -> Rpc<SystemSharedMemoryRegisterResponse> {
-        answer(shared_memory::system_register(&self.engine, request.into_inner()))
+        answer(shared_memory::system_register(
+            &self.engine,
+            request.into_inner(),
+        ))
     }
 
     async fn system_shared_memory_unregister(

@@ -1,14 +1,15 @@
 //! The system shared memory extension over HTTP (`/v2/systemsharedmemory`)
 //! and the CUDA one's answers on a build without CUDA
 //! (`/v2/cudasharedmemory`). Register bodies are checked field by field so
-//! that a bad one gets Triton's message and status.
+//! that a bad one gets Triton's message; Triton answers a malformed or
+//! mistyped body with 500, Nereid with 400, as for inference bodies.
 
 use axum::body::Bytes;
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use nereid_core::Error;
 use nereid_engine::Engine;
 use nereid_engine::shared_memory::RegionStatus;
@@ -25,13 +26,28 @@ pub fn routes() -> Router<Engine> {
     Router::new()
         .route(&format!("{system}/status"), get(status_all))
         .route(&format!("{system}/region/{{name}}/status"), get(status_one))
-        .route(&format!("{system}/region/{{name}}/register"), post(register))
-        .route(&format!("{system}/region/{{name}}/unregister"), post(unregister_one))
+        .route(
+            &format!("{system}/region/{{name}}/register"),
+            post(register),
+        )
+        .route(
+            &format!("{system}/region/{{name}}/unregister"),
+            post(unregister_one),
+        )
         .route(&format!("{system}/unregister"), post(unregister_all))
         .route(&format!("{cuda}/status"), get(cuda_status_all))
-        .route(&format!("{cuda}/region/{{name}}/status"), get(cuda_status_one))
-        .route(&format!("{cuda}/region/{{name}}/register"), post(cuda_register))
-        .route(&format!("{cuda}/region/{{name}}/unregister"), post(cuda_unregister))
+        .route(
+            &format!("{cuda}/region/{{name}}/status"),
+            get(cuda_status_one),
+        )
+        .route(
+            &format!("{cuda}/region/{{name}}/register"),
+            post(cuda_register),
+        )
+        .route(
+            &format!("{cuda}/region/{{name}}/unregister"),
+            post(cuda_unregister),
+        )
         .route(&format!("{cuda}/unregister"), post(cuda_unregister))
 }
 
@@ -82,12 +98,12 @@ pub async fn register(
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
     let body: Value = serde_json::from_slice(&body).map_err(|e| {
-        Error::internal(format!("failed to parse the request JSON buffer: {e}"))
+        Error::invalid_argument(format!("failed to parse the request JSON buffer: {e}"))
     })?;
     let fields = body.as_object();
     let key = required(fields, "key")?
         .as_str()
-        .ok_or_else(|| Error::internal("attempt to access JSON non-string as string"))?;
+        .ok_or_else(|| Error::invalid_argument("attempt to access JSON non-string as string"))?;
     let offset = match fields.and_then(|f| f.get("offset")) {
         None => 0,
         Some(v) => unsigned(v)?,
@@ -110,7 +126,7 @@ fn required<'a>(fields: Option<&'a Map<String, Value>>, field: &str) -> Result<&
 
 fn unsigned(value: &Value) -> Result<u64, Error> {
     value.as_u64().ok_or_else(|| {
-        Error::internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
+        Error::invalid_argument("attempt to access JSON non-unsigned-integer as unsigned-integer")
     })
 }
 
