@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# perf_analyzer 2.51 smoke run against nereid: `simple` over HTTP and gRPC.
+# perf_analyzer 2.51 smoke run against nereid: `simple` over HTTP and gRPC,
+# with tensors in the request body and in system shared memory.
 # Passes when each run completes and reports a positive request count. No
 # timing is asserted (that is what benches/ is for).
 set -euo pipefail
@@ -23,17 +24,23 @@ done
 curl -sf "http://127.0.0.1:$http/v2/health/ready" >/dev/null || { echo "nereid not ready"; cat "$work/nereid.log"; exit 1; }
 
 failed=0
-for proto in http grpc; do
-  url=127.0.0.1:$http; [ $proto = grpc ] && url=127.0.0.1:$grpc
-  csv=$work/$proto.csv
-  if timeout 120 "$pa" -m simple -i $proto -u "$url" --concurrency-range 1 \
-      --measurement-mode count_windows --measurement-request-count 200 -s 50 -r 5 \
-      -f "$csv" >"$work/$proto.out" 2>&1; then
-    count=$(awk -F, 'NR==2 {print $2}' "$csv")
-    echo "perf_analyzer $proto: $count infer/s"
-    awk -F, 'NR==2 { exit !($2 > 0) }' "$csv" || { echo "perf_analyzer $proto reported no throughput"; failed=1; }
-  else
-    echo "perf_analyzer $proto failed:"; cat "$work/$proto.out"; failed=1
-  fi
+runs=0
+for mem in none system; do
+  shm_args=()
+  [ $mem = system ] && shm_args=(--shared-memory system --output-shared-memory-size 1024)
+  for proto in http grpc; do
+    url=127.0.0.1:$http; [ $proto = grpc ] && url=127.0.0.1:$grpc
+    csv=$work/$proto-$mem.csv
+    runs=$((runs + 1))
+    if timeout 120 "$pa" -m simple -i $proto -u "$url" "${shm_args[@]}" --concurrency-range 1 \
+        --measurement-mode count_windows --measurement-request-count 200 -s 50 -r 5 \
+        -f "$csv" >"$work/$proto-$mem.out" 2>&1; then
+      count=$(awk -F, 'NR==2 {print $2}' "$csv")
+      echo "perf_analyzer $proto (shared memory: $mem): $count infer/s"
+      awk -F, 'NR==2 { exit !($2 > 0) }' "$csv" || { echo "perf_analyzer $proto ($mem) reported no throughput"; failed=$((failed + 1)); }
+    else
+      echo "perf_analyzer $proto ($mem) failed:"; cat "$work/$proto-$mem.out"; failed=$((failed + 1))
+    fi
+  done
 done
-if [ $failed = 0 ]; then echo "2 passed, 0 failed"; else echo "perf smoke failed"; cat "$work/nereid.log" | tail -20; exit 1; fi
+if [ $failed = 0 ]; then echo "$runs passed, 0 failed"; else echo "perf smoke: $failed of $runs failed"; tail -20 "$work/nereid.log"; exit 1; fi

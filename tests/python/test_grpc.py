@@ -176,7 +176,7 @@ def test_raw_size_mismatch(stub):
 
 def test_unimplemented_rpcs_say_so(stub):
     with pytest.raises(grpc.RpcError) as err:
-        stub.SystemSharedMemoryStatus(service_pb2.SystemSharedMemoryStatusRequest())
+        stub.TraceSetting(service_pb2.TraceSettingRequest())
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert "not implemented" in err.value.details()
 

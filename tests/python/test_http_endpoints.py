@@ -24,6 +24,7 @@ def test_server_metadata_lists_real_extensions(server):
     assert body["name"] == "nereid"
     assert "binary_tensor_data" in body["extensions"]
     assert "statistics" in body["extensions"]
+    assert "system_shared_memory" in body["extensions"]
     assert "cuda_shared_memory" not in body["extensions"]
 
 

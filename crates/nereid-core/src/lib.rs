@@ -12,6 +12,7 @@ pub mod datatype;
 pub mod error;
 pub mod model_config;
 pub mod request;
+pub mod shared_memory;
 pub mod tensor;
 
 pub use backend::{
@@ -23,4 +24,5 @@ pub use error::{Error, ErrorKind};
 pub use request::{
     InferRequest, InferResponse, InputTensor, Parameter, Parameters, RequestedOutput,
 };
+pub use shared_memory::SharedMemoryRef;
 pub use tensor::{Shape, Tensor};

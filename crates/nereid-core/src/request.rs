@@ -77,4 +77,7 @@ pub struct InferResponse {
     pub id: String,
     pub outputs: Vec<Tensor>,
     pub parameters: Parameters,
+    /// Outputs whose data went into a shared memory region the request
+    /// named: their `data` is empty and the frontends send none.
+    pub in_shared_memory: Vec<String>,
 }

@@ -214,6 +214,7 @@ mod tests {
                 data: Bytes::from(vec![1u8; bytes]),
             }],
             parameters: Parameters::new(),
+            in_shared_memory: Vec::new(),
         }
     }
 

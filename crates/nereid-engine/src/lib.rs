@@ -23,6 +23,7 @@ mod plan;
 mod poll;
 mod registry;
 mod scheduler;
+pub mod shared_memory;
 mod source;
 pub mod stats;
 mod validate;
@@ -46,6 +47,7 @@ pub use registry::{IndexEntry, ModelState};
 pub use validate::{ValidatedRequest, validate};
 
 use registry::Registry;
+use shared_memory::SharedMemoryRegistry;
 use source::Source;
 use stats::StatsSnapshot;
 
@@ -79,6 +81,8 @@ struct Inner {
     janitor: memory::Janitor,
     /// The response cache, when the server has one.
     cache: Option<cache::ResponseCache>,
+    /// Regions registered through the shared memory extension, by any frontend.
+    shared_memory: SharedMemoryRegistry,
     /// Which models ensembles loaded or unloaded on their own account.
     links: Mutex<ensemble::Links>,
     started: AtomicBool,
@@ -118,6 +122,7 @@ impl Engine {
                 watcher: Mutex::new(None),
                 janitor: memory::Janitor::start(),
                 cache,
+                shared_memory: SharedMemoryRegistry::default(),
                 links: Mutex::new(ensemble::Links::default()),
                 started: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
@@ -285,12 +290,22 @@ impl Engine {
     }
 
     /// Runs one inference on the model and version the request names.
-    pub async fn infer(&self, request: InferRequest) -> Result<InferResponse, Error> {
+    /// Inputs and outputs placed in shared memory are read from and
+    /// written to their registered regions.
+    pub async fn infer(&self, mut request: InferRequest) -> Result<InferResponse, Error> {
         if self.inner.stopping.load(Ordering::SeqCst) {
             return Err(Error::unavailable("the server is shutting down"));
         }
         let model = self.model(&request.model_name, request.model_version)?;
-        model.infer(request).await
+        let plan = self.inner.shared_memory.prepare(&mut request)?;
+        let mut response = model.infer(request).await?;
+        plan.write(&mut response)?;
+        Ok(response)
+    }
+
+    /// The system shared memory regions clients registered.
+    pub fn shared_memory(&self) -> &SharedMemoryRegistry {
+        &self.inner.shared_memory
     }
 
     /// Statistics of every ready version, of one model's, or of one version.

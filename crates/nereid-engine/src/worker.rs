@@ -226,6 +226,7 @@ fn answer(
                 id: job.request.request.id.clone(),
                 outputs,
                 parameters: Parameters::new(),
+                in_shared_memory: Vec::new(),
             };
             job.answer(Ok(response));
         }

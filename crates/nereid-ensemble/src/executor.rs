@@ -230,6 +230,7 @@ impl Pipeline {
             id,
             outputs,
             parameters: Parameters::new(),
+            in_shared_memory: Vec::new(),
         })
     }
 

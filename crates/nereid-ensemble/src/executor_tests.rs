@@ -42,6 +42,7 @@ impl Composer for Fake {
                     data: Bytes::from(data),
                 }],
                 parameters: Parameters::new(),
+                in_shared_memory: Vec::new(),
             })
         })
     }

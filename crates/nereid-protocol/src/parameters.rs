@@ -3,9 +3,6 @@
 
 use nereid_core::{Error, Parameter, Parameters};
 
-/// The parameter that places a tensor in a registered shared memory region.
-pub(crate) const SHARED_MEMORY_REGION: &str = "shared_memory_region";
-
 /// Removes a boolean parameter; `what` names its owner in errors.
 pub(crate) fn take_bool(
     params: &mut Parameters,
@@ -35,20 +32,4 @@ pub(crate) fn take_size(
             "parameter '{key}' of {what} must be a non-negative integer"
         ))),
     }
-}
-
-/// Refuses a tensor placed in shared memory: the extension is not built,
-/// and answering from the wrong place would be worse than an error.
-pub(crate) fn refuse_shared_memory(params: &Parameters, what: &str) -> Result<(), Error> {
-    if params.contains_key(SHARED_MEMORY_REGION) {
-        return Err(Error::unsupported(format!(
-            "{what} uses a shared memory region, but the shared memory extensions are not implemented yet"
-        )));
-    }
-    Ok(())
-}
-
-/// Checks an output's parameters for features not built yet.
-pub(crate) fn refuse_unsupported_output(params: &Parameters, what: &str) -> Result<(), Error> {
-    refuse_shared_memory(params, what)
 }

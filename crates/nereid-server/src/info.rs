@@ -16,4 +16,5 @@ pub const EXTENSIONS: &[&str] = &[
     "statistics",
     "parameters",
     "classification",
+    "system_shared_memory",
 ];

@@ -15,5 +15,6 @@ pub mod info;
 mod metrics;
 mod model_control;
 mod server;
+mod shared_memory;
 
 pub use server::{RunningServer, ServerConfig, start};

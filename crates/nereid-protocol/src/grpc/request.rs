@@ -8,14 +8,14 @@
 //! them and clients that send them work against Triton today.
 
 use bytes::Bytes;
-use nereid_core::{DataType, Error, InferRequest, InputTensor, RequestedOutput};
+use nereid_core::{DataType, Error, InferRequest, InputTensor, RequestedOutput, SharedMemoryRef};
 
 use super::contents::{Target, contents_to_raw};
 use super::params::parameters_from_proto;
 use super::parse_model_version;
 use crate::inference::ModelInferRequest;
 use crate::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
-use crate::parameters::{refuse_shared_memory, refuse_unsupported_output, take_bool};
+use crate::parameters::take_bool;
 
 /// Decodes a gRPC inference request. Shapes, datatypes and byte sizes are
 /// checked against the model by the engine; this checks what only the wire
@@ -36,7 +36,11 @@ pub fn decode_infer_request(request: ModelInferRequest) -> Result<InferRequest, 
     let inputs = inputs
         .into_iter()
         .map(|input| {
-            let raw_data = if has_raw { raw.next() } else { None };
+            // As in Triton, inputs in shared memory take no raw contents.
+            let in_shm = input
+                .parameters
+                .contains_key(nereid_core::shared_memory::REGION);
+            let raw_data = if has_raw && !in_shm { raw.next() } else { None };
             decode_input(&model_name, input, has_raw, raw_data)
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -73,7 +77,6 @@ fn decode_input(
     } = input;
     let what = format!("input '{name}'");
     let parameters = parameters_from_proto(parameters, &what)?;
-    refuse_shared_memory(&parameters, &what)?;
     let datatype = DataType::from_wire_name(&datatype).ok_or_else(|| {
         Error::invalid_argument(format!("invalid datatype '{datatype}' for input '{name}'"))
     })?;
@@ -83,6 +86,13 @@ fn decode_input(
         )));
     }
     let data = match (contents, raw) {
+        // The engine reads it from the region.
+        (None, _) if SharedMemoryRef::is_in(&parameters) => Bytes::new(),
+        (Some(_), _) if SharedMemoryRef::is_in(&parameters) => {
+            return Err(Error::invalid_argument(format!(
+                "contents field must not be specified when using shared memory for '{name}' for model '{model}'"
+            )));
+        }
         (Some(_), _) if has_raw => {
             return Err(Error::invalid_argument(format!(
                 "contents field must not be specified when using raw_input_contents for '{name}' for model '{model}'"
@@ -116,7 +126,6 @@ fn decode_output(output: InferRequestedOutputTensor) -> Result<RequestedOutput, 
     let what = format!("output '{}'", output.name);
     let mut parameters = parameters_from_proto(output.parameters, &what)?;
     take_bool(&mut parameters, "binary_data", &what)?;
-    refuse_unsupported_output(&parameters, &what)?;
     Ok(RequestedOutput {
         name: output.name,
         parameters,

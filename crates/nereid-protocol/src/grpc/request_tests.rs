@@ -215,7 +215,7 @@ fn bad_datatypes_and_dims_are_refused() {
 }
 
 #[test]
-fn classification_passes_through_and_shared_memory_is_unsupported() {
+fn classification_passes_through() {
     let mut r = request(vec![], vec![]);
     let mut out = InferRequestedOutputTensor {
         name: "OUT".into(),
@@ -233,17 +233,44 @@ fn classification_passes_through_and_shared_memory_is_unsupported() {
         decoded.outputs[0].parameters.get("classification"),
         Some(&Parameter::Int64(3))
     );
+}
 
-    let mut i = input("INPUT0", "INT32", &[1]);
-    i.parameters.insert(
+fn in_shared_memory(mut tensor: InferInputTensor) -> InferInputTensor {
+    tensor.parameters.insert(
         "shared_memory_region".into(),
         InferParameter {
             parameter_choice: Some(ParameterChoice::StringParam("r".into())),
         },
     );
+    tensor
+}
+
+#[test]
+fn inputs_in_shared_memory_take_no_raw_contents() {
+    let raw = Bytes::from(vec![1u8; 4]);
+    let r = request(
+        vec![
+            in_shared_memory(input("INPUT0", "INT32", &[1])),
+            input("INPUT1", "INT32", &[1]),
+        ],
+        vec![raw.clone()],
+    );
+    let decoded = decode_infer_request(r).unwrap();
+    assert!(decoded.inputs[0].data.is_empty());
     assert_eq!(
-        error(request(vec![i], vec![])).kind(),
-        ErrorKind::Unsupported
+        decoded.inputs[0].parameters.get("shared_memory_region"),
+        Some(&Parameter::String("r".into()))
+    );
+    assert_eq!(decoded.inputs[1].data, raw);
+
+    let mut both = in_shared_memory(input("INPUT0", "INT32", &[1]));
+    both.contents = Some(InferTensorContents {
+        int_contents: vec![1],
+        ..Default::default()
+    });
+    assert_eq!(
+        error(request(vec![both], vec![])).kind(),
+        ErrorKind::InvalidArgument
     );
 }
 

@@ -1,5 +1,6 @@
 //! Core [`InferResponse`] -> `ModelInferResponse`: every output's data goes
-//! in `raw_output_contents` (as Triton does), moved, not copied.
+//! in `raw_output_contents` (as Triton does), moved, not copied; an output
+//! written into shared memory has an empty entry there.
 
 use std::collections::HashMap;
 
@@ -17,6 +18,9 @@ pub fn encode_infer_response(response: InferResponse) -> ModelInferResponse {
         id,
         outputs,
         parameters,
+        // Their data is empty already: as Triton, they keep their place in
+        // `raw_output_contents` with an empty entry.
+        in_shared_memory: _,
     } = response;
     let mut tensors = Vec::with_capacity(outputs.len());
     let mut raw = Vec::with_capacity(outputs.len());
@@ -89,6 +93,7 @@ mod tests {
                 },
             ],
             parameters: Parameters::from([("p".to_string(), Parameter::Int64(4))]),
+            in_shared_memory: Vec::new(),
         };
         let encoded = encode_infer_response(response);
         assert_eq!(encoded.model_name, "simple");

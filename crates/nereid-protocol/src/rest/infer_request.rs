@@ -5,12 +5,12 @@
 
 use bytes::Bytes;
 use nereid_core::tensor::element_count;
-use nereid_core::{DataType, Error, InferRequest, InputTensor, RequestedOutput};
+use nereid_core::{DataType, Error, InferRequest, InputTensor, RequestedOutput, SharedMemoryRef};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{json_data, params};
-use crate::parameters::{refuse_shared_memory, refuse_unsupported_output, take_bool, take_size};
+use crate::parameters::{take_bool, take_size};
 
 #[derive(Deserialize)]
 struct RequestJson {
@@ -170,24 +170,17 @@ fn decode_input(
     }
     let what = format!("input '{name}'");
     let mut parameters = params::from_json(parameters.unwrap_or_default(), &what)?;
-    refuse_shared_memory(&parameters, &what)?;
     let binary_size = take_size(&mut parameters, "binary_data_size", &what)?;
+    let in_shared_memory = SharedMemoryRef::is_in(&parameters);
+    one_data_source(data.is_some(), binary_size.is_some(), in_shared_memory)?;
     let data = match (binary_size, data) {
-        (Some(size), None) => binary.take(model, &name, size)?,
-        (Some(_), Some(_)) => {
-            return Err(Error::invalid_argument(format!(
-                "input '{name}' has both 'data' and a 'binary_data_size' parameter"
-            )));
-        }
+        (Some(size), _) => binary.take(model, &name, size)?,
         (None, Some(data)) => {
             let expected = element_count(&shape).unwrap_or(u64::MAX);
             Bytes::from(json_data::encode(&name, datatype, &data, expected)?)
         }
-        (None, None) => {
-            return Err(Error::invalid_argument(format!(
-                "input '{name}' has neither 'data' nor a 'binary_data_size' parameter"
-            )));
-        }
+        // The engine reads it from the region.
+        (None, None) => Bytes::new(),
     };
     Ok(InputTensor {
         name,
@@ -198,16 +191,47 @@ fn decode_input(
     })
 }
 
+/// Refuses an input with more or fewer than one place for its data, in
+/// Triton's words.
+fn one_data_source(data: bool, binary: bool, shared_memory: bool) -> Result<(), Error> {
+    let set: Vec<&str> = [
+        (data, "'data'"),
+        (binary, "'binary_data_size'"),
+        (shared_memory, "'shared_memory_region'"),
+    ]
+    .into_iter()
+    .filter_map(|(is_set, field)| is_set.then_some(field))
+    .collect();
+    if set.len() == 1 {
+        return Ok(());
+    }
+    let found = if set.is_empty() {
+        "no field is set".to_string()
+    } else {
+        format!("set {}", set.join(" "))
+    };
+    Err(Error::invalid_argument(format!(
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But {found}"
+    )))
+}
+
 fn decode_output(
     output: OutputJson,
     encoding: &mut OutputEncoding,
 ) -> Result<RequestedOutput, Error> {
     let what = format!("output '{}'", output.name);
     let mut parameters = params::from_json(output.parameters.unwrap_or_default(), &what)?;
-    if let Some(binary) = take_bool(&mut parameters, "binary_data", &what)? {
+    let binary = take_bool(&mut parameters, "binary_data", &what)?;
+    // tritonclient sends `binary_data: false` with a region; Triton
+    // refuses only `true`.
+    if binary == Some(true) && SharedMemoryRef::is_in(&parameters) {
+        return Err(Error::invalid_argument(
+            "Output can't set both 'shared_memory_region' and 'binary_data'",
+        ));
+    }
+    if let Some(binary) = binary {
         encoding.explicit.push((output.name.clone(), binary));
     }
-    refuse_unsupported_output(&parameters, &what)?;
     Ok(RequestedOutput {
         name: output.name,
         parameters,

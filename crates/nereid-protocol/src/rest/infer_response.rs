@@ -39,17 +39,45 @@ pub struct EncodedResponse {
     pub header_length: Option<usize>,
 }
 
+/// How one output travels in the body.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    Json,
+    Binary,
+    /// Written into a shared memory region: neither data nor parameters,
+    /// as Triton answers it.
+    SharedMemory,
+}
+
+fn placements(response: &InferResponse, encoding: &OutputEncoding) -> Vec<Placement> {
+    response
+        .outputs
+        .iter()
+        .map(|o| {
+            if response.in_shared_memory.contains(&o.name) {
+                Placement::SharedMemory
+            } else if encoding.is_binary(&o.name) {
+                Placement::Binary
+            } else {
+                Placement::Json
+            }
+        })
+        .collect()
+}
+
 /// Encodes `response`, sending as raw bytes the outputs `encoding` marks
 /// binary.
 pub fn encode_infer_response(
     response: &InferResponse,
     encoding: &OutputEncoding,
 ) -> Result<EncodedResponse, Error> {
+    let placements = placements(response, encoding);
     let binary_params: Vec<Option<Parameters>> = response
         .outputs
         .iter()
-        .map(|o| {
-            encoding.is_binary(&o.name).then(|| {
+        .zip(&placements)
+        .map(|(o, &placement)| {
+            (placement == Placement::Binary).then(|| {
                 Parameters::from([(
                     "binary_data_size".to_string(),
                     nereid_core::Parameter::Uint64(o.data.len() as u64),
@@ -61,12 +89,13 @@ pub fn encode_infer_response(
         .outputs
         .iter()
         .zip(&binary_params)
-        .map(|(o, params)| OutputJson {
+        .zip(&placements)
+        .map(|((o, params), &placement)| OutputJson {
             name: &o.name,
             datatype: DataType::wire_name(o.datatype),
             shape: &o.shape,
             parameters: params.as_ref().map(JsonParameters),
-            data: params.is_none().then_some(JsonData {
+            data: (placement == Placement::Json).then_some(JsonData {
                 datatype: o.datatype,
                 data: &o.data,
             }),

@@ -6,6 +6,7 @@
 mod convert;
 mod health;
 mod service;
+mod shared_memory;
 mod stream;
 
 use anyhow::Context;

@@ -13,7 +13,7 @@ use nereid_protocol::inference::*;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{convert, stream};
+use super::{convert, shared_memory, stream};
 use crate::error::grpc_status;
 use crate::{info, model_control};
 
@@ -174,44 +174,52 @@ impl GrpcInferenceService for InferenceService {
 
     async fn system_shared_memory_status(
         &self,
-        _: Request<SystemSharedMemoryStatusRequest>,
+        request: Request<SystemSharedMemoryStatusRequest>,
     ) -> Rpc<SystemSharedMemoryStatusResponse> {
-        not_implemented("system shared memory")
+        answer(shared_memory::system_status(
+            &self.engine,
+            request.into_inner(),
+        ))
     }
 
     async fn system_shared_memory_register(
         &self,
-        _: Request<SystemSharedMemoryRegisterRequest>,
+        request: Request<SystemSharedMemoryRegisterRequest>,
     ) -> Rpc<SystemSharedMemoryRegisterResponse> {
-        not_implemented("system shared memory")
+        answer(shared_memory::system_register(
+            &self.engine,
+            request.into_inner(),
+        ))
     }
 
     async fn system_shared_memory_unregister(
         &self,
-        _: Request<SystemSharedMemoryUnregisterRequest>,
+        request: Request<SystemSharedMemoryUnregisterRequest>,
     ) -> Rpc<SystemSharedMemoryUnregisterResponse> {
-        not_implemented("system shared memory")
+        let r = request.into_inner();
+        answer(Ok(shared_memory::system_unregister(&self.engine, r)))
     }
 
     async fn cuda_shared_memory_status(
         &self,
-        _: Request<CudaSharedMemoryStatusRequest>,
+        request: Request<CudaSharedMemoryStatusRequest>,
     ) -> Rpc<CudaSharedMemoryStatusResponse> {
-        not_implemented("CUDA shared memory")
+        answer(shared_memory::cuda_status(request.into_inner()))
     }
 
     async fn cuda_shared_memory_register(
         &self,
         _: Request<CudaSharedMemoryRegisterRequest>,
     ) -> Rpc<CudaSharedMemoryRegisterResponse> {
-        not_implemented("CUDA shared memory")
+        answer(shared_memory::cuda_register())
     }
 
+    /// Nothing to unregister: succeeds, as clients call it unconditionally.
     async fn cuda_shared_memory_unregister(
         &self,
         _: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> Rpc<CudaSharedMemoryUnregisterResponse> {
-        not_implemented("CUDA shared memory")
+        answer(Ok(CudaSharedMemoryUnregisterResponse {}))
     }
 
     async fn trace_setting(&self, _: Request<TraceSettingRequest>) -> Rpc<TraceSettingResponse> {

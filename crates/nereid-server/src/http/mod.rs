@@ -7,6 +7,7 @@ mod infer;
 mod model;
 mod repository;
 mod server;
+mod shared_memory;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -45,6 +46,7 @@ pub fn router(engine: Engine) -> Router {
         )
         .nest("/v2/models/{model}", model_routes.clone())
         .nest("/v2/models/{model}/versions/{version}", model_routes)
+        .merge(shared_memory::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
