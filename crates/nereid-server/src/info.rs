@@ -15,4 +15,5 @@ pub const EXTENSIONS: &[&str] = &[
     "model_configuration",
     "statistics",
     "parameters",
+    "logging",
 ];

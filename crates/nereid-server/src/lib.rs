@@ -12,8 +12,10 @@ mod error;
 mod grpc;
 mod http;
 pub mod info;
+pub mod logging;
 mod metrics;
 mod model_control;
 mod server;
 
+pub use metrics::MetricsOptions;
 pub use server::{RunningServer, ServerConfig, start};

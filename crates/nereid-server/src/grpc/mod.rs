@@ -5,6 +5,7 @@
 
 mod convert;
 mod health;
+mod logging;
 mod service;
 mod stream;
 
@@ -18,6 +19,7 @@ use tonic::codec::CompressionEncoding;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
+use crate::logging::LogControl;
 use health::HealthService;
 use service::InferenceService;
 
@@ -30,6 +32,7 @@ const MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
 /// the graceful drain does not wait on clients that never hang up.
 pub async fn serve(
     engine: Engine,
+    log: LogControl,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -43,7 +46,7 @@ pub async fn serve(
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     Server::builder()
         .http2_adaptive_window(Some(true))
-        .add_service(inference_server(engine.clone(), stop.clone()))
+        .add_service(inference_server(engine.clone(), log, stop.clone()))
         .add_service(health_server(engine, stop))
         .serve_with_incoming_shutdown(incoming, signal)
         .await
@@ -56,9 +59,10 @@ pub async fn serve(
 /// more CPU than it saves on loopback and LAN links.
 fn inference_server(
     engine: Engine,
+    log: LogControl,
     stop: watch::Receiver<bool>,
 ) -> GrpcInferenceServiceServer<InferenceService> {
-    GrpcInferenceServiceServer::new(InferenceService::new(engine, stop))
+    GrpcInferenceServiceServer::new(InferenceService::new(engine, log, stop))
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Deflate)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
