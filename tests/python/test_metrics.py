@@ -5,6 +5,10 @@ metric names, types and labels, counts that move with inferences against
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
+
 import numpy as np
 import pytest
 import requests
@@ -181,6 +185,60 @@ def test_allow_cpu_metrics_false_drops_the_cpu_gauges(summary_server):
     families = scrape(summary_server)
     for name in CPU_GAUGES:
         assert name not in families, name
+
+
+SLOW_MODEL = """
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.4)
+        return [pb_utils.InferenceResponse(
+            [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
+            for r in requests]
+"""
+SLOW_CONFIG = """backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU, count: 1 } ]
+"""
+
+
+def test_pending_requests_are_counted_while_they_wait(tmp_path):
+    """One slow instance and four requests at once: while the first runs,
+    the others are pending; afterwards none is."""
+    repo = tmp_path / "repo"
+    (repo / "slow" / "1").mkdir(parents=True)
+    (repo / "slow" / "1" / "model.py").write_text(SLOW_MODEL)
+    (repo / "slow" / "config.pbtxt").write_text(SLOW_CONFIG)
+    s = start_server(tmp_path, [repo], [f"--backend-config=python,python-path={sys.executable}"])
+    try:
+        def one():
+            client = httpclient.InferenceServerClient(s.http_url, network_timeout=30)
+            i = httpclient.InferInput("IN", [1], "FP32")
+            i.set_data_from_numpy(np.ones(1, dtype=np.float32))
+            client.infer("slow", [i])
+
+        threads = [threading.Thread(target=one) for _ in range(4)]
+        for t in threads:
+            t.start()
+        labels = {"model": "slow", "version": "1"}
+        seen = 0.0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and seen < 2:
+            seen = max(seen, value(scrape(s), "nv_inference_pending_request_count", labels))
+            time.sleep(0.02)
+        for t in threads:
+            t.join()
+        assert seen >= 2, seen
+        after = scrape(s)
+        assert value(after, "nv_inference_pending_request_count", labels) == 0
+        assert value(after, "nv_inference_request_success", labels) == 4
+    finally:
+        assert stop_server(s) == 0, s.log()
 
 
 def test_bad_metrics_config_stops_startup(tmp_path):
