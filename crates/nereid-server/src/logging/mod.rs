@@ -8,6 +8,7 @@
 //! TRACE from them and DEBUG from every library (hyper, h2, tonic, ...).
 //! `RUST_LOG`, when set, can enable further DEBUG/TRACE lines.
 
+mod fields;
 mod filter;
 mod format;
 mod settings;
@@ -130,6 +131,7 @@ pub fn install(settings: &LogSettings) -> anyhow::Result<LogControl> {
         .context("RUST_LOG is not a valid filter")?;
     let gate = filter::Gate::new(Arc::clone(&control.shared), env);
     let layer = tracing_subscriber::fmt::layer()
+        .fmt_fields(fields::PlainFields)
         .event_format(format::TritonFormat::new(Arc::clone(&control.shared)))
         .with_writer(writer)
         .with_ansi(false);
