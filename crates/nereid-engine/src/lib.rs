@@ -338,6 +338,21 @@ impl Engine {
             .collect())
     }
 
+    /// Per loaded version: the requests waiting now and the latencies
+    /// sampled since the last call (which takes them).
+    pub fn activity(&self) -> Vec<stats::VersionActivity> {
+        let registry = self.inner.registry.read();
+        registry
+            .loaded()
+            .map(|(n, l)| stats::VersionActivity {
+                name: n.to_string(),
+                version: l.version,
+                pending: l.stats.pending(),
+                samples: l.stats.take_samples(),
+            })
+            .collect()
+    }
+
     /// The repository index: one row per known version, one per model
     /// that failed as a whole, and a name-only row for every model folder
     /// that was never loaded, sorted by name as Triton sorts it.

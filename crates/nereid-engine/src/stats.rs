@@ -1,9 +1,12 @@
 //! Per model-version statistics with Triton's meanings: counts and
 //! cumulative nanoseconds for success, failure, queue, compute input,
-//! compute infer and compute output, plus per-batch-size execution stats.
+//! compute infer and compute output, plus per-batch-size execution stats;
+//! the requests waiting now; and, when summaries are wanted, each
+//! successful request's latencies until the metrics endpoint takes them.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
@@ -45,7 +48,7 @@ pub struct DurationSnapshot {
 }
 
 /// The three compute phases of one execution.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ComputeTimes {
     pub input: Duration,
     pub infer: Duration,
@@ -57,6 +60,50 @@ struct BatchStat {
     compute_input: DurationSnapshot,
     compute_infer: DurationSnapshot,
     compute_output: DurationSnapshot,
+}
+
+/// Whether successful requests keep their latencies for summaries
+/// (tritonserver's `--metrics-config summary_latencies=true`); one switch
+/// for the process, as the flag is.
+static SAMPLING: AtomicBool = AtomicBool::new(false);
+
+/// Samples kept per version between two takes; beyond, new ones are
+/// dropped rather than let memory grow while nobody takes them.
+const MAX_SAMPLES: usize = 100_000;
+
+/// Turns latency sampling on or off for every model version.
+pub fn set_latency_sampling(on: bool) {
+    SAMPLING.store(on, Ordering::Relaxed);
+}
+
+/// One successful request's latencies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LatencySample {
+    pub request: Duration,
+    pub queue: Duration,
+    pub compute: ComputeTimes,
+}
+
+/// What the metrics endpoint reads of a version besides its statistics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionActivity {
+    pub name: String,
+    pub version: i64,
+    /// Requests accepted and not yet executing.
+    pub pending: u64,
+    /// Latencies sampled since the last take.
+    pub samples: Vec<LatencySample>,
+}
+
+/// Counts a request as pending until dropped (when it starts executing,
+/// or leaves the queue any other way).
+#[derive(Debug)]
+pub struct PendingMark(Arc<ModelStats>);
+
+impl Drop for PendingMark {
+    fn drop(&mut self) {
+        self.0.pending.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Live statistics of one model version.
@@ -75,6 +122,8 @@ pub struct ModelStats {
     last_inference_ms: AtomicU64,
     cancelled: AtomicU64,
     batches: Mutex<BTreeMap<u64, BatchStat>>,
+    pending: AtomicU64,
+    samples: Mutex<Vec<LatencySample>>,
 }
 
 impl ModelStats {
@@ -87,6 +136,32 @@ impl ModelStats {
         self.compute_infer.record(compute.infer);
         self.compute_output.record(compute.output);
         self.touch();
+        if SAMPLING.load(Ordering::Relaxed) {
+            let mut samples = self.samples.lock();
+            if samples.len() < MAX_SAMPLES {
+                samples.push(LatencySample {
+                    request: total,
+                    queue,
+                    compute,
+                });
+            }
+        }
+    }
+
+    /// Counts one more pending request, until the mark is dropped.
+    pub fn mark_pending(self: &Arc<Self>) -> PendingMark {
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        PendingMark(Arc::clone(self))
+    }
+
+    /// Requests accepted and not yet executing.
+    pub fn pending(&self) -> u64 {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// The latencies sampled since the last call.
+    pub fn take_samples(&self) -> Vec<LatencySample> {
+        std::mem::take(&mut *self.samples.lock())
     }
 
     /// One request answered from the response cache after `total`, `lookup`
@@ -222,5 +297,31 @@ mod tests {
             s.batches[1].compute_input,
             DurationSnapshot { count: 2, ns: 2000 }
         );
+    }
+
+    #[test]
+    fn pending_marks_count_until_dropped() {
+        let stats = Arc::new(ModelStats::default());
+        let a = stats.mark_pending();
+        let b = stats.mark_pending();
+        assert_eq!(stats.pending(), 2);
+        drop(a);
+        assert_eq!(stats.pending(), 1);
+        drop(b);
+        assert_eq!(stats.pending(), 0);
+    }
+
+    #[test]
+    fn samples_are_kept_only_when_sampling_and_taken_once() {
+        let stats = ModelStats::default();
+        let ms = Duration::from_millis(1);
+        set_latency_sampling(true);
+        stats.record_success(ms, ms, ComputeTimes::default());
+        set_latency_sampling(false);
+        stats.record_success(ms, ms, ComputeTimes::default());
+        let taken = stats.take_samples();
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].request, ms);
+        assert!(stats.take_samples().is_empty());
     }
 }

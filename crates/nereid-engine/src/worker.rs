@@ -112,9 +112,10 @@ fn run_worker(
 
 fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, dispatch: Dispatch<Job>) {
     let Dispatch { items, permit } = dispatch;
-    let (jobs, abandoned): (Vec<Job>, Vec<Job>) =
+    let (mut jobs, abandoned): (Vec<Job>, Vec<Job>) =
         items.into_iter().partition(|j| !j.is_abandoned());
     abandoned.into_iter().for_each(Pending::cancel);
+    jobs.iter_mut().for_each(Job::start);
     if jobs.is_empty() {
         return;
     }

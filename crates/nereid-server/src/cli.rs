@@ -9,6 +9,8 @@ use clap::builder::BoolishValueParser;
 use clap::{Parser, ValueEnum};
 use nereid_engine::{ControlMode, EngineOptions, ModelControl};
 
+use crate::logging::{LogFormat, LogSettings};
+use crate::metrics::MetricsOptions;
 use crate::server::ServerConfig;
 
 /// Nereid: a Triton-compatible inference server.
@@ -60,6 +62,22 @@ pub struct Args {
     #[arg(long, default_value = "true", value_parser = BoolishValueParser::new(), num_args = 1)]
     pub allow_metrics: bool,
 
+    /// Report the nv_cpu_* metrics.
+    #[arg(long, default_value = "true", value_parser = BoolishValueParser::new(), num_args = 1)]
+    pub allow_cpu_metrics: bool,
+
+    /// Milliseconds between refreshes of the metrics that are read per
+    /// interval (CPU).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub metrics_interval_ms: u64,
+
+    /// A metrics setting, `<key>=<value>`; repeat for several:
+    /// `counter_latencies=<bool>` (the *_duration_us counters, default
+    /// true), `summary_latencies=<bool>` (the *_summary_us summaries,
+    /// default false), `summary_quantiles=<q>:<error>,...`.
+    #[arg(long = "metrics-config", value_name = "KEY=VALUE")]
+    pub metrics_config: Vec<String>,
+
     /// Require a complete config.pbtxt; when false, missing fields are
     /// filled in from the model file.
     #[arg(long, default_value = "false", value_parser = BoolishValueParser::new(), num_args = 1)]
@@ -90,9 +108,31 @@ pub struct Args {
     #[arg(long, default_value = "true", value_parser = BoolishValueParser::new(), num_args = 1)]
     pub exit_on_error: bool,
 
-    /// Verbose logging level; 0 is off.
+    /// Verbose logging level; 0 is off, 1 adds Nereid's DEBUG lines, 2 and
+    /// more add its TRACE lines and every library's DEBUG lines.
     #[arg(long, default_value_t = 0)]
     pub log_verbose: u32,
+
+    /// Write INFO lines.
+    #[arg(long, default_value = "true", value_parser = BoolishValueParser::new(), num_args = 1)]
+    pub log_info: bool,
+
+    /// Write WARNING lines.
+    #[arg(long, default_value = "true", value_parser = BoolishValueParser::new(), num_args = 1)]
+    pub log_warning: bool,
+
+    /// Write ERROR lines.
+    #[arg(long, default_value = "true", value_parser = BoolishValueParser::new(), num_args = 1)]
+    pub log_error: bool,
+
+    /// Layout of log lines: default (`I1203 18:17:07.927805 ...`) or
+    /// ISO8601 (`2026-12-03T18:17:07Z I ...`).
+    #[arg(long, value_enum, default_value_t = LogFormat::Default)]
+    pub log_format: LogFormat,
+
+    /// Append log lines to this file instead of standard output.
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
 
     /// Seconds to let in-flight requests finish at shutdown.
     #[arg(long, default_value_t = 30)]
@@ -173,6 +213,55 @@ fn python_path(settings: &[String]) -> anyhow::Result<PathBuf> {
     Ok(python)
 }
 
+/// The metrics options `--metrics-config`, `--metrics-interval-ms` and
+/// `--allow-cpu-metrics` ask for.
+fn metrics_options(
+    settings: &[String],
+    interval_ms: u64,
+    cpu: bool,
+) -> anyhow::Result<MetricsOptions> {
+    let mut options = MetricsOptions {
+        interval: Duration::from_millis(interval_ms),
+        cpu,
+        ..MetricsOptions::default()
+    };
+    for setting in settings {
+        let Some((key, value)) = setting.split_once('=') else {
+            anyhow::bail!("--metrics-config {setting}: expected <key>=<value>");
+        };
+        match key {
+            "counter_latencies" => options.counter_latencies = boolean(setting, value)?,
+            "summary_latencies" => options.summary_latencies = boolean(setting, value)?,
+            "summary_quantiles" => options.quantiles = quantiles(setting, value)?,
+            _ => tracing::warn!("--metrics-config {setting}: not used by Nereid"),
+        }
+    }
+    Ok(options)
+}
+
+fn boolean(setting: &str, value: &str) -> anyhow::Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => anyhow::bail!("--metrics-config {setting}: {value:?} is not a boolean"),
+    }
+}
+
+/// `<quantile>:<error>,...` as tritonserver takes it; Nereid's summaries
+/// use the quantiles (their error is the sketch's own).
+fn quantiles(setting: &str, value: &str) -> anyhow::Result<Vec<f64>> {
+    value
+        .split(',')
+        .map(|pair| {
+            let quantile = pair.split(':').next().unwrap_or(pair);
+            match quantile.trim().parse::<f64>() {
+                Ok(q) if (0.0..=1.0).contains(&q) => Ok(q),
+                _ => anyhow::bail!("--metrics-config {setting}: {pair:?} is not <quantile>:<error> with a quantile in 0..1"),
+            }
+        })
+        .collect()
+}
+
 /// `--model-control-mode` values, as tritonserver spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModelControlMode {
@@ -192,6 +281,22 @@ impl From<ModelControlMode> for ControlMode {
 }
 
 impl Args {
+    /// The log settings the `--log-*` flags ask for.
+    pub fn log_settings(&self) -> LogSettings {
+        LogSettings {
+            log_file: self
+                .log_file
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            log_info: self.log_info,
+            log_warning: self.log_warning,
+            log_error: self.log_error,
+            log_verbose_level: self.log_verbose,
+            log_format: self.log_format,
+        }
+    }
+
     /// Checks the flags and turns them into a server config.
     pub fn into_config(self) -> anyhow::Result<ServerConfig> {
         for repo in &self.model_repository {
@@ -233,9 +338,15 @@ impl Args {
             metrics: self
                 .allow_metrics
                 .then_some(SocketAddr::new(self.metrics_address, self.metrics_port)),
+            metrics_options: metrics_options(
+                &self.metrics_config,
+                self.metrics_interval_ms,
+                self.allow_cpu_metrics,
+            )?,
             exit_timeout: Duration::from_secs(self.exit_timeout_secs),
             onnxruntime_library: self.onnxruntime_library,
             python: python_path(&self.backend_config)?,
+            logging: Default::default(),
         })
     }
 }
@@ -341,6 +452,66 @@ mod tests {
                     .contains("requires setting '--model-control-mode=explicit'")
             );
         }
+    }
+
+    #[test]
+    fn metrics_flags() {
+        let set = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let options = metrics_options(
+            &set(&[
+                "summary_latencies=true",
+                "counter_latencies=false",
+                "summary_quantiles=0.5:0.05,0.99:0.001",
+            ]),
+            500,
+            false,
+        )
+        .unwrap();
+        assert!(options.summary_latencies && !options.counter_latencies && !options.cpu);
+        assert_eq!(options.quantiles, [0.5, 0.99]);
+        assert_eq!(options.interval, Duration::from_millis(500));
+        assert_eq!(
+            metrics_options(&[], 2000, true).unwrap(),
+            MetricsOptions::default()
+        );
+        for bad in [
+            "summary_latencies",
+            "summary_latencies=maybe",
+            "summary_quantiles=2:0.1",
+        ] {
+            let err = metrics_options(&set(&[bad]), 2000, true).unwrap_err();
+            assert!(err.to_string().contains(bad), "{err}");
+        }
+        assert!(
+            Args::try_parse_from(["nereid", "--model-repository=/a", "--metrics-interval-ms=0"])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn log_flags() {
+        let args = Args::try_parse_from([
+            "nereid",
+            "--model-repository=/a",
+            "--log-info=false",
+            "--log-warning",
+            "0",
+            "--log-verbose=2",
+            "--log-format=ISO8601",
+            "--log-file=/tmp/n.log",
+        ])
+        .unwrap();
+        let s = args.log_settings();
+        assert!(!s.log_info && !s.log_warning && s.log_error);
+        assert_eq!(s.log_verbose_level, 2);
+        assert_eq!(s.log_format, LogFormat::Iso8601);
+        assert_eq!(s.log_file, "/tmp/n.log");
+        let defaults = Args::try_parse_from(["nereid", "--model-repository=/a"]).unwrap();
+        assert_eq!(defaults.log_settings(), LogSettings::default());
+        assert!(
+            Args::try_parse_from(["nereid", "--model-repository=/a", "--log-format=iso8601"])
+                .is_err()
+        );
     }
 
     #[test]

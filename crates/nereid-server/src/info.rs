@@ -17,4 +17,5 @@ pub const EXTENSIONS: &[&str] = &[
     "parameters",
     "classification",
     "system_shared_memory",
+    "logging",
 ];

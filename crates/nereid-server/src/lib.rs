@@ -12,9 +12,11 @@ mod error;
 mod grpc;
 mod http;
 pub mod info;
+pub mod logging;
 mod metrics;
 mod model_control;
 mod server;
 mod shared_memory;
 
+pub use metrics::MetricsOptions;
 pub use server::{RunningServer, ServerConfig, start};

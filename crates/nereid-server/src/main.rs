@@ -1,20 +1,11 @@
 use clap::Parser;
 use nereid_server::cli::Args;
-use tracing_subscriber::EnvFilter;
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let level = if args.log_verbose > 0 {
-        "debug"
-    } else {
-        "info"
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level)),
-        )
-        .init();
-    let config = args.into_config()?;
+    let logging = nereid_server::logging::install(&args.log_settings())?;
+    let mut config = args.into_config()?;
+    config.logging = logging;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backends::{EngineService, backends};
+use crate::logging::LogControl;
+use crate::metrics::MetricsOptions;
 use anyhow::Context;
 use nereid_engine::{Engine, EngineOptions, LoadFailure, ModelControl};
 use tokio::net::TcpListener;
@@ -24,11 +26,15 @@ pub struct ServerConfig {
     pub http: Option<SocketAddr>,
     pub grpc: Option<SocketAddr>,
     pub metrics: Option<SocketAddr>,
+    /// What the metrics endpoint reports.
+    pub metrics_options: MetricsOptions,
     /// How long in-flight requests may take to finish at shutdown.
     pub exit_timeout: Duration,
     pub onnxruntime_library: Option<PathBuf>,
     /// The interpreter Python models' workers run on.
     pub python: PathBuf,
+    /// The log settings `/v2/logging` and `LogSettings` read and change.
+    pub logging: LogControl,
 }
 
 /// A started server; drop it or call [`RunningServer::shutdown`] to stop.
@@ -68,6 +74,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::http::serve(
                 engine.clone(),
+                config.logging.clone(),
                 listener,
                 signal(&stopped),
             )));
@@ -81,6 +88,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::grpc::serve(
                 engine.clone(),
+                config.logging.clone(),
                 listener,
                 signal(&stopped),
             )));
@@ -94,6 +102,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::metrics::serve(
                 engine.clone(),
+                config.metrics_options.clone(),
                 listener,
                 signal(&stopped),
             )));

@@ -26,9 +26,11 @@ async fn start() -> (RunningServer, String) {
         http: Some(any),
         grpc: Some(any),
         metrics: Some(any),
+        metrics_options: Default::default(),
         exit_timeout: Duration::from_secs(5),
         onnxruntime_library: std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from),
         python: PathBuf::from("python3"),
+        logging: Default::default(),
     };
     let mut server = nereid_server::start(config).await.unwrap();
     server.wait_loaded().await.unwrap();

@@ -9,7 +9,7 @@ use nereid_core::{Error, InferResponse, Parameter};
 use nereid_scheduler::{OrderTicket, Pending};
 use tokio::sync::oneshot;
 
-use crate::stats::ModelStats;
+use crate::stats::{ModelStats, PendingMark};
 use crate::validate::ValidatedRequest;
 
 /// A validated request waiting for an instance.
@@ -24,6 +24,8 @@ pub struct Job {
     priority: u64,
     /// The request's `timeout` parameter.
     timeout: Option<Duration>,
+    /// Counts the job as pending until it starts executing.
+    waiting: Option<PendingMark>,
 }
 
 impl Job {
@@ -40,10 +42,16 @@ impl Job {
             enqueued: Instant::now(),
             reply,
             order,
+            waiting: Some(stats.mark_pending()),
             stats,
             priority,
             timeout,
         })
+    }
+
+    /// The job leaves the pending count: an instance runs it now.
+    pub fn start(&mut self) {
+        self.waiting = None;
     }
 
     /// Whether the client stopped waiting (connection closed, RPC cancelled).

@@ -5,6 +5,7 @@
 
 mod convert;
 mod health;
+mod logging;
 mod service;
 mod shared_memory;
 mod stream;
@@ -19,6 +20,7 @@ use tonic::codec::CompressionEncoding;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
+use crate::logging::LogControl;
 use health::HealthService;
 use service::InferenceService;
 
@@ -31,6 +33,7 @@ const MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
 /// the graceful drain does not wait on clients that never hang up.
 pub async fn serve(
     engine: Engine,
+    log: LogControl,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -44,7 +47,7 @@ pub async fn serve(
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     Server::builder()
         .http2_adaptive_window(Some(true))
-        .add_service(inference_server(engine.clone(), stop.clone()))
+        .add_service(inference_server(engine.clone(), log, stop.clone()))
         .add_service(health_server(engine, stop))
         .serve_with_incoming_shutdown(incoming, signal)
         .await
@@ -57,9 +60,10 @@ pub async fn serve(
 /// more CPU than it saves on loopback and LAN links.
 fn inference_server(
     engine: Engine,
+    log: LogControl,
     stop: watch::Receiver<bool>,
 ) -> GrpcInferenceServiceServer<InferenceService> {
-    GrpcInferenceServiceServer::new(InferenceService::new(engine, stop))
+    GrpcInferenceServiceServer::new(InferenceService::new(engine, log, stop))
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Deflate)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)

@@ -15,18 +15,20 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{convert, shared_memory, stream};
 use crate::error::grpc_status;
+use crate::logging::LogControl;
 use crate::{info, model_control};
 
 /// The inference service: the engine, and the shutdown signal that ends
 /// open streams.
 pub struct InferenceService {
     engine: Engine,
+    log: LogControl,
     stop: watch::Receiver<bool>,
 }
 
 impl InferenceService {
-    pub fn new(engine: Engine, stop: watch::Receiver<bool>) -> InferenceService {
-        InferenceService { engine, stop }
+    pub fn new(engine: Engine, log: LogControl, stop: watch::Receiver<bool>) -> InferenceService {
+        InferenceService { engine, log, stop }
     }
 }
 
@@ -226,8 +228,11 @@ impl GrpcInferenceService for InferenceService {
         not_implemented("trace")
     }
 
-    async fn log_settings(&self, _: Request<LogSettingsRequest>) -> Rpc<LogSettingsResponse> {
-        not_implemented("logging")
+    async fn log_settings(&self, request: Request<LogSettingsRequest>) -> Rpc<LogSettingsResponse> {
+        answer(super::logging::log_settings(
+            &self.log,
+            request.into_inner(),
+        ))
     }
 }
 

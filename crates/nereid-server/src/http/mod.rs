@@ -4,6 +4,7 @@
 //! `crate::error`.
 
 mod infer;
+mod logging;
 mod model;
 mod repository;
 mod server;
@@ -21,12 +22,14 @@ use tokio::net::TcpListener;
 use tower_http::compression::CompressionLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 
+use crate::logging::LogControl;
+
 /// Largest request body accepted, as tritonserver's default
 /// `--http-max-input-size` (64 MiB).
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
 /// Builds the HTTP application; tests call it without a socket.
-pub fn router(engine: Engine) -> Router {
+pub fn router(engine: Engine, log: LogControl) -> Router {
     let model_routes = Router::new()
         .route("/", get(model::metadata))
         .route("/ready", get(model::ready))
@@ -44,6 +47,7 @@ pub fn router(engine: Engine) -> Router {
             "/v2/repository/models/{model}/unload",
             post(repository::unload),
         )
+        .merge(logging::routes(log))
         .nest("/v2/models/{model}", model_routes.clone())
         .nest("/v2/models/{model}/versions/{version}", model_routes)
         .merge(shared_memory::routes())
@@ -59,6 +63,7 @@ pub fn router(engine: Engine) -> Router {
 /// lets in-flight requests finish.
 pub async fn serve(
     engine: Engine,
+    log: LogControl,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -68,7 +73,7 @@ pub async fn serve(
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
     });
-    axum::serve(listener, router(engine))
+    axum::serve(listener, router(engine, log))
         .with_graceful_shutdown(shutdown)
         .await?;
     Ok(())

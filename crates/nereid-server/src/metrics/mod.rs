@@ -1,0 +1,139 @@
+//! Prometheus metrics on their own port, with Triton's metric names and
+//! `model` / `version` labels: counters from the engine's statistics at
+//! scrape time, the pending-request gauge, latency summaries when asked
+//! for, and CPU gauges refreshed every metrics interval. The text format
+//! is `metrics-exporter-prometheus`'s.
+
+mod cpu;
+mod families;
+mod summaries;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use nereid_engine::Engine;
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+
+use cpu::{CpuMonitor, CpuReading};
+pub use summaries::QUANTILES;
+use summaries::Summaries;
+
+/// Where every series says it was recorded.
+const METADATA: metrics::Metadata<'static> =
+    metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
+/// tritonserver's `--metrics-interval-ms`, `--metrics-config` and
+/// `--allow-cpu-metrics`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricsOptions {
+    /// How often the CPU gauges are refreshed.
+    pub interval: Duration,
+    /// The `*_duration_us` counters (`counter_latencies`, default true).
+    pub counter_latencies: bool,
+    /// The `*_summary_us` summaries (`summary_latencies`, default false).
+    pub summary_latencies: bool,
+    /// The summaries' quantiles (`summary_quantiles`).
+    pub quantiles: Vec<f64>,
+    /// The `nv_cpu_*` gauges.
+    pub cpu: bool,
+}
+
+impl Default for MetricsOptions {
+    fn default() -> Self {
+        MetricsOptions {
+            interval: Duration::from_millis(2000),
+            counter_latencies: true,
+            summary_latencies: false,
+            quantiles: QUANTILES.to_vec(),
+            cpu: true,
+        }
+    }
+}
+
+/// What the scrape handler and the refresh task share.
+#[derive(Debug, Clone)]
+struct Metrics {
+    engine: Engine,
+    options: Arc<MetricsOptions>,
+    summaries: Option<Arc<Summaries>>,
+    cpu: Arc<Mutex<Option<CpuReading>>>,
+}
+
+pub async fn serve(
+    engine: Engine,
+    options: MetricsOptions,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let summaries = match options.summary_latencies {
+        true => Some(Arc::new(Summaries::new(&options.quantiles)?)),
+        false => None,
+    };
+    nereid_engine::stats::set_latency_sampling(summaries.is_some());
+    let metrics = Metrics {
+        engine,
+        options: Arc::new(options),
+        summaries,
+        cpu: Arc::default(),
+    };
+    let refresh = tokio::spawn(refresh(metrics.clone()));
+    let app = Router::new()
+        .route("/metrics", get(scrape))
+        .with_state(metrics);
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    refresh.abort();
+    served?;
+    Ok(())
+}
+
+/// Every interval: reads the CPU, and moves the latency samples into the
+/// summaries so that they do not pile up between scrapes.
+async fn refresh(metrics: Metrics) {
+    let mut monitor = CpuMonitor::default();
+    let mut tick = tokio::time::interval(metrics.options.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if metrics.options.cpu {
+            *metrics.cpu.lock() = monitor.read();
+        }
+        if let Some(summaries) = &metrics.summaries {
+            summaries.record(&metrics.engine.activity());
+        }
+    }
+}
+
+async fn scrape(State(metrics): State<Metrics>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        metrics.render(),
+    )
+}
+
+impl Metrics {
+    fn render(&self) -> String {
+        let stats = self.engine.statistics(None, None).unwrap_or_default();
+        let activity = self.engine.activity();
+        let cpu = match self.options.cpu {
+            true => *self.cpu.lock(),
+            false => None,
+        };
+        let mut text = families::render(&self.options, &stats, &activity, cpu);
+        if let Some(summaries) = &self.summaries {
+            summaries.record(&activity);
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&summaries.render());
+        }
+        text
+    }
+}

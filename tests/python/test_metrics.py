@@ -1,0 +1,248 @@
+"""The metrics port, read with Prometheus's own text parser: Triton's
+metric names, types and labels, counts that move with inferences against
+`model_repository/simple`, the pending-request gauge, the CPU gauges, and
+`--metrics-config` (summary_latencies, counter_latencies)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.http as httpclient
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+
+from conftest import REPO_ROOT, start_server, stop_server
+
+COUNTERS = [
+    "nv_inference_request_success",
+    "nv_inference_request_failure",
+    "nv_inference_count",
+    "nv_inference_exec_count",
+]
+LATENCY_COUNTERS = [
+    "nv_inference_request_duration_us",
+    "nv_inference_queue_duration_us",
+    "nv_inference_compute_input_duration_us",
+    "nv_inference_compute_infer_duration_us",
+    "nv_inference_compute_output_duration_us",
+]
+SUMMARIES = [
+    "nv_inference_request_summary_us",
+    "nv_inference_queue_summary_us",
+    "nv_inference_compute_input_summary_us",
+    "nv_inference_compute_infer_summary_us",
+    "nv_inference_compute_output_summary_us",
+]
+CPU_GAUGES = ["nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes"]
+TRITON_QUANTILES = {"0.5", "0.9", "0.95", "0.99", "0.999"}
+SIMPLE = {"model": "simple", "version": "1"}
+
+
+def repository(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "simple").symlink_to(REPO_ROOT / "model_repository" / "simple")
+    return repo
+
+
+def scrape(server) -> dict:
+    """Metric families by name, parsed by prometheus_client."""
+    r = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10)
+    r.raise_for_status()
+    assert r.headers["content-type"].startswith("text/plain")
+    # Triton's names, as written: no `_total` added to counters.
+    assert "nv_inference_request_success{" in r.text and "_success_total" not in r.text
+    return {f.name: f for f in text_string_to_metric_families(r.text)}
+
+
+def value(families: dict, name: str, labels: dict | None = None, sample: str | None = None) -> float:
+    """The one sample of `name` (or `sample`) carrying `labels`. The parser
+    names a counter's samples `<name>_total` whether the text has the suffix
+    or not (Triton's have none, nor have Nereid's)."""
+    names = {sample} if sample else {name, f"{name}_total"}
+    found = [s.value for s in families[name].samples
+             if s.name in names and all(s.labels.get(k) == v
+                                        for k, v in (labels or {}).items())]
+    assert len(found) == 1, (name, labels, families[name].samples)
+    return found[0]
+
+
+def infer_simple(server, n: int) -> None:
+    client = httpclient.InferenceServerClient(server.http_url)
+    data = np.arange(16, dtype=np.int32).reshape(1, 16)
+    for _ in range(n):
+        inputs = [httpclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
+        for i in inputs:
+            i.set_data_from_numpy(data)
+        client.infer("simple", inputs)
+
+
+def infer_badly(server) -> None:
+    """A request the model refuses (wrong shape): a failed request."""
+    client = httpclient.InferenceServerClient(server.http_url)
+    inputs = [httpclient.InferInput(name, [1, 15], "INT32") for name in ("INPUT0", "INPUT1")]
+    for i in inputs:
+        i.set_data_from_numpy(np.zeros((1, 15), dtype=np.int32))
+    with pytest.raises(InferenceServerException):
+        client.infer("simple", inputs)
+
+
+@pytest.fixture(scope="module")
+def default_server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("metrics-default")
+    s = start_server(tmp, [repository(tmp)], ["--metrics-interval-ms=200"])
+    yield s
+    assert stop_server(s) == 0, s.log()
+
+
+@pytest.fixture(scope="module")
+def summary_server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("metrics-summary")
+    s = start_server(tmp, [repository(tmp)],
+                     ["--metrics-config", "summary_latencies=true",
+                      "--metrics-config=counter_latencies=false",
+                      "--allow-cpu-metrics=false"])
+    yield s
+    assert stop_server(s) == 0, s.log()
+
+
+def test_tritons_families_have_their_types_and_labels(default_server):
+    families = scrape(default_server)
+    for name in COUNTERS + LATENCY_COUNTERS:
+        assert families[name].type == "counter", name
+        value(families, name, SIMPLE)
+    pending = families["nv_inference_pending_request_count"]
+    assert pending.type == "gauge"
+    assert value(families, "nv_inference_pending_request_count", SIMPLE) == 0
+    for name in SUMMARIES:
+        assert name not in families, "summaries are off by default, as in Triton"
+    for family in families.values():
+        for sample in family.samples:
+            if family.name.startswith("nv_inference"):
+                assert set(sample.labels) >= {"model", "version"}, sample
+
+
+def test_counts_move_with_inferences(default_server):
+    before = scrape(default_server)
+    infer_simple(default_server, 5)
+    infer_badly(default_server)
+    after = scrape(default_server)
+
+    def moved(name):
+        return value(after, name, SIMPLE) - value(before, name, SIMPLE)
+
+    assert moved("nv_inference_request_success") == 5
+    assert moved("nv_inference_request_failure") == 1
+    assert moved("nv_inference_count") == 5
+    assert 1 <= moved("nv_inference_exec_count") <= 5
+    assert moved("nv_inference_request_duration_us") > 0
+    assert moved("nv_inference_compute_infer_duration_us") > 0
+    assert value(after, "nv_inference_pending_request_count", SIMPLE) == 0
+
+
+def test_cpu_gauges_read_the_machine(default_server):
+    families = scrape(default_server)
+    for name in CPU_GAUGES:
+        assert families[name].type == "gauge", name
+        assert families[name].samples[0].labels == {}
+    assert 0.0 <= value(families, "nv_cpu_utilization") <= 1.0
+    total = value(families, "nv_cpu_memory_total_bytes")
+    used = value(families, "nv_cpu_memory_used_bytes")
+    assert 0 < used <= total
+
+
+def test_summaries_when_asked_for(summary_server):
+    infer_simple(summary_server, 4)
+    families = scrape(summary_server)
+    for name in SUMMARIES:
+        family = families[name]
+        assert family.type == "summary", name
+        quantiles = {s.labels["quantile"] for s in family.samples if s.name == name}
+        assert quantiles == TRITON_QUANTILES, (name, quantiles)
+        assert value(families, name, SIMPLE, sample=f"{name}_count") == 4
+        assert value(families, name, SIMPLE, sample=f"{name}_sum") > 0 or "queue" in name
+        assert value(families, name, {**SIMPLE, "quantile": "0.5"}) >= 0
+    infer_simple(summary_server, 2)
+    again = scrape(summary_server)
+    count = "nv_inference_request_summary_us_count"
+    assert value(again, "nv_inference_request_summary_us", SIMPLE, sample=count) == 6
+
+
+def test_counter_latencies_false_drops_the_duration_counters(summary_server):
+    families = scrape(summary_server)
+    for name in LATENCY_COUNTERS:
+        assert name not in families, name
+    for name in COUNTERS:
+        value(families, name, SIMPLE)
+
+
+def test_allow_cpu_metrics_false_drops_the_cpu_gauges(summary_server):
+    families = scrape(summary_server)
+    for name in CPU_GAUGES:
+        assert name not in families, name
+
+
+SLOW_MODEL = """
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep(0.4)
+        return [pb_utils.InferenceResponse(
+            [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
+            for r in requests]
+"""
+SLOW_CONFIG = """backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { kind: KIND_CPU, count: 1 } ]
+"""
+
+
+def test_pending_requests_are_counted_while_they_wait(tmp_path):
+    """One slow instance and four requests at once: while the first runs,
+    the others are pending; afterwards none is."""
+    repo = tmp_path / "repo"
+    (repo / "slow" / "1").mkdir(parents=True)
+    (repo / "slow" / "1" / "model.py").write_text(SLOW_MODEL)
+    (repo / "slow" / "config.pbtxt").write_text(SLOW_CONFIG)
+    s = start_server(tmp_path, [repo], [f"--backend-config=python,python-path={sys.executable}"])
+    try:
+        def one():
+            client = httpclient.InferenceServerClient(s.http_url, network_timeout=30)
+            i = httpclient.InferInput("IN", [1], "FP32")
+            i.set_data_from_numpy(np.ones(1, dtype=np.float32))
+            client.infer("slow", [i])
+
+        threads = [threading.Thread(target=one) for _ in range(4)]
+        for t in threads:
+            t.start()
+        labels = {"model": "slow", "version": "1"}
+        seen = 0.0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and seen < 2:
+            seen = max(seen, value(scrape(s), "nv_inference_pending_request_count", labels))
+            time.sleep(0.02)
+        for t in threads:
+            t.join()
+        assert seen >= 2, seen
+        after = scrape(s)
+        assert value(after, "nv_inference_pending_request_count", labels) == 0
+        assert value(after, "nv_inference_request_success", labels) == 4
+    finally:
+        assert stop_server(s) == 0, s.log()
+
+
+def test_bad_metrics_config_stops_startup(tmp_path):
+    with pytest.raises(RuntimeError) as e:
+        start_server(tmp_path, [repository(tmp_path)],
+                     ["--metrics-config=summary_latencies=maybe"])
+    assert "summary_latencies=maybe" in str(e.value)
