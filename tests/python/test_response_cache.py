@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from calls import infer, model_stats
 from conftest import REPO_ROOT, start_server, stop_server
@@ -77,6 +78,14 @@ def test_a_repeated_request_is_answered_from_the_cache_over_both_protocols(srv):
     assert counts(srv, "cached") == {"hit": 2, "miss": 2, "success": 4, "executions": 2, "inferences": 2}
     stats = model_stats(srv, "cached")["inference_stats"]
     assert int(stats["cache_hit"]["ns"]) > 0 and int(stats["cache_miss"]["ns"]) > 0
+    families = {f.name: f for f in text_string_to_metric_families(
+        requests.get(f"http://127.0.0.1:{srv.metrics_port}/metrics").text)}
+    hits = {s.labels["model"]: s.value for s in families["nv_cache_num_hits_per_model"].samples}
+    misses = {s.labels["model"]: s.value for s in families["nv_cache_num_misses_per_model"].samples}
+    assert hits == {"cached": 2} and misses == {"cached": 2}, (hits, misses)
+    assert "nv_cache_hit_duration_per_model" in families and "nv_cache_miss_duration_per_model" in families
+    assert families["nv_cache_num_entries"].samples[0].value == 2
+    assert 0 < families["nv_cache_util"].samples[0].value < 1
 
 
 def test_a_model_without_response_cache_always_runs(srv):

@@ -61,6 +61,17 @@ impl ResponseCache {
         }
     }
 
+    /// How full the cache is now.
+    pub fn usage(&self) -> CacheUsage {
+        // moka counts lazily; bring the counts up to date first.
+        self.entries.run_pending_tasks();
+        CacheUsage {
+            entries: self.entries.entry_count(),
+            bytes: self.entries.weighted_size(),
+            capacity: self.entries.policy().max_capacity().unwrap_or(0),
+        }
+    }
+
     /// A scope for one loaded version; its entries are dropped with it.
     pub fn scope(&self) -> CacheScope {
         CacheScope {
@@ -68,6 +79,14 @@ impl ResponseCache {
             id: self.next_scope.fetch_add(1, Ordering::Relaxed),
         }
     }
+}
+
+/// The response cache's size at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheUsage {
+    pub entries: u64,
+    pub bytes: u64,
+    pub capacity: u64,
 }
 
 /// One loaded version's part of the cache.

@@ -11,7 +11,7 @@
 //! beside the serving one and swapped in when ready.
 
 mod batch;
-mod cache;
+pub mod cache;
 mod classify;
 mod ensemble;
 mod lifecycle;
@@ -301,6 +301,11 @@ impl Engine {
         let mut response = model.infer(request).await?;
         plan.write(&mut response)?;
         Ok(response)
+    }
+
+    /// How full the response cache is; `None` when the server has none.
+    pub fn cache_usage(&self) -> Option<cache::CacheUsage> {
+        self.inner.cache.as_ref().map(cache::ResponseCache::usage)
     }
 
     /// The system shared memory regions clients registered.

@@ -4,6 +4,7 @@
 //! for, and CPU gauges refreshed every metrics interval. The text format
 //! is `metrics-exporter-prometheus`'s.
 
+mod cache;
 mod cpu;
 mod families;
 mod summaries;
@@ -127,13 +128,22 @@ impl Metrics {
             false => None,
         };
         let mut text = families::render(&self.options, &stats, &activity, cpu);
+        append(&mut text, &cache::render(self.engine.cache_usage(), &stats));
         if let Some(summaries) = &self.summaries {
             summaries.record(&activity);
-            if !text.is_empty() && !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str(&summaries.render());
+            append(&mut text, &summaries.render());
         }
         text
     }
+}
+
+/// Adds one family block's text after another's.
+fn append(text: &mut String, block: &str) {
+    if block.is_empty() {
+        return;
+    }
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(block);
 }

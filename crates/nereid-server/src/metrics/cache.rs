@@ -1,0 +1,78 @@
+//! The response cache's metrics, with Triton 2.51's names: per version
+//! `nv_cache_num_hits_per_model`, `nv_cache_hit_duration_per_model`,
+//! `nv_cache_num_misses_per_model`, `nv_cache_miss_duration_per_model`
+//! (for versions the cache has seen), and `nv_cache_num_entries` and
+//! `nv_cache_util` for the whole cache.
+
+use metrics::Recorder;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use nereid_engine::VersionStatistics;
+use nereid_engine::cache::CacheUsage;
+use nereid_engine::stats::StatsSnapshot;
+
+use super::METADATA;
+use super::families::version_key;
+
+type Read = fn(&StatsSnapshot) -> u64;
+
+const PER_MODEL: [(&str, &str, Read); 4] = [
+    (
+        "nv_cache_num_hits_per_model",
+        "Number of cache hits per model",
+        |s| s.cache_hit.count,
+    ),
+    (
+        "nv_cache_hit_duration_per_model",
+        "Total cache hit duration per model, in microseconds",
+        |s| s.cache_hit.ns / 1000,
+    ),
+    (
+        "nv_cache_num_misses_per_model",
+        "Number of cache misses per model",
+        |s| s.cache_miss.count,
+    ),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+        |s| s.cache_miss.ns / 1000,
+    ),
+];
+
+/// The cache's series; empty when the server has no cache.
+pub fn render(usage: Option<CacheUsage>, stats: &[VersionStatistics]) -> String {
+    let Some(usage) = usage else {
+        return String::new();
+    };
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let cached = stats
+        .iter()
+        .filter(|v| v.stats.cache_hit.count + v.stats.cache_miss.count > 0);
+    for v in cached {
+        for (name, help, read) in PER_MODEL {
+            recorder.describe_counter(name.into(), None, help.into());
+            let key = version_key(name, &v.name, v.version);
+            recorder
+                .register_counter(&key, &METADATA)
+                .absolute(read(&v.stats));
+        }
+    }
+    let gauges = [
+        (
+            "nv_cache_num_entries",
+            "Number of responses stored in response cache",
+            usage.entries as f64,
+        ),
+        (
+            "nv_cache_util",
+            "Cache utilization [0.0 - 1.0]",
+            usage.bytes as f64 / usage.capacity.max(1) as f64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        recorder.describe_gauge(name.into(), None, help.into());
+        recorder
+            .register_gauge(&metrics::Key::from_name(name), &METADATA)
+            .set(value);
+    }
+    recorder.handle().render()
+}
