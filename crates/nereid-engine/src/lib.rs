@@ -327,6 +327,7 @@ impl Engine {
                 version: l.version,
                 pending: l.stats.pending(),
                 samples: l.stats.take_samples(),
+                failures: l.stats.failures(),
             })
             .collect()
     }

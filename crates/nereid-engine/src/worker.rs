@@ -16,7 +16,7 @@ use nereid_scheduler::{Dispatch, Pending, SlotPermit};
 
 use crate::batch::{gather, pick, scatter};
 use crate::scheduler::job::Job;
-use crate::stats::{ComputeTimes, ModelStats};
+use crate::stats::{ComputeTimes, FailureReason, ModelStats};
 use crate::validate::ValidatedRequest;
 
 /// What every worker of one model version shares.
@@ -140,7 +140,8 @@ fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, dispatch: Di
         Err(e) => {
             tracing::warn!(model = %ctx.model_name, version = ctx.version, error = %e, "execution failed");
             for job in jobs {
-                ctx.stats.record_failure(job.enqueued.elapsed());
+                ctx.stats
+                    .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
                 job.answer(Err(e.clone()));
             }
         }
@@ -219,7 +220,8 @@ fn answer(
             job.answer(Ok(response));
         }
         Err(e) => {
-            ctx.stats.record_failure(job.enqueued.elapsed());
+            ctx.stats
+                .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
             job.answer(Err(e));
         }
     }
