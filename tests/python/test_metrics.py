@@ -20,7 +20,6 @@ from conftest import REPO_ROOT, start_server, stop_server
 
 COUNTERS = [
     "nv_inference_request_success",
-    "nv_inference_request_failure",
     "nv_inference_count",
     "nv_inference_exec_count",
 ]
@@ -41,6 +40,8 @@ SUMMARIES = [
 CPU_GAUGES = ["nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes"]
 TRITON_QUANTILES = {"0.5", "0.9", "0.95", "0.99", "0.999"}
 SIMPLE = {"model": "simple", "version": "1"}
+FAILURE = "nv_inference_request_failure"
+REASONS = ["REJECTED", "CANCELED", "BACKEND", "OTHER"]
 
 
 def repository(tmp_path):
@@ -116,6 +117,9 @@ def test_tritons_families_have_their_types_and_labels(default_server):
     for name in COUNTERS + LATENCY_COUNTERS:
         assert families[name].type == "counter", name
         value(families, name, SIMPLE)
+    assert families[FAILURE].type == "counter"
+    for reason in REASONS:
+        value(families, FAILURE, {**SIMPLE, "reason": reason})
     pending = families["nv_inference_pending_request_count"]
     assert pending.type == "gauge"
     assert value(families, "nv_inference_pending_request_count", SIMPLE) == 0
@@ -137,7 +141,11 @@ def test_counts_move_with_inferences(default_server):
         return value(after, name, SIMPLE) - value(before, name, SIMPLE)
 
     assert moved("nv_inference_request_success") == 5
-    assert moved("nv_inference_request_failure") == 1
+    other = {**SIMPLE, "reason": "OTHER"}
+    assert value(after, FAILURE, other) - value(before, FAILURE, other) == 1
+    for reason in ["REJECTED", "CANCELED", "BACKEND"]:
+        labels = {**SIMPLE, "reason": reason}
+        assert value(after, FAILURE, labels) == value(before, FAILURE, labels)
     assert moved("nv_inference_count") == 5
     assert 1 <= moved("nv_inference_exec_count") <= 5
     assert moved("nv_inference_request_duration_us") > 0
@@ -179,6 +187,7 @@ def test_counter_latencies_false_drops_the_duration_counters(summary_server):
         assert name not in families, name
     for name in COUNTERS:
         value(families, name, SIMPLE)
+    value(families, FAILURE, {**SIMPLE, "reason": "OTHER"})
 
 
 def test_allow_cpu_metrics_false_drops_the_cpu_gauges(summary_server):
@@ -237,6 +246,33 @@ def test_pending_requests_are_counted_while_they_wait(tmp_path):
         after = scrape(s)
         assert value(after, "nv_inference_pending_request_count", labels) == 0
         assert value(after, "nv_inference_request_success", labels) == 4
+    finally:
+        assert stop_server(s) == 0, s.log()
+
+
+FAILING_MODEL = """
+class TritonPythonModel:
+    def execute(self, requests):
+        raise RuntimeError("this model always fails")
+"""
+
+
+def test_a_backend_failure_is_counted_under_backend(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "fails" / "1").mkdir(parents=True)
+    (repo / "fails" / "1" / "model.py").write_text(FAILING_MODEL)
+    (repo / "fails" / "config.pbtxt").write_text(SLOW_CONFIG)
+    s = start_server(tmp_path, [repo], [f"--backend-config=python,python-path={sys.executable}"])
+    try:
+        client = httpclient.InferenceServerClient(s.http_url)
+        i = httpclient.InferInput("IN", [1], "FP32")
+        i.set_data_from_numpy(np.ones(1, dtype=np.float32))
+        with pytest.raises(InferenceServerException):
+            client.infer("fails", [i])
+        families = scrape(s)
+        labels = {"model": "fails", "version": "1"}
+        assert value(families, FAILURE, {**labels, "reason": "BACKEND"}) == 1
+        assert value(families, FAILURE, {**labels, "reason": "OTHER"}) == 0
     finally:
         assert stop_server(s) == 0, s.log()
 

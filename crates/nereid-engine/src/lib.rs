@@ -354,6 +354,7 @@ impl Engine {
                 version: l.version,
                 pending: l.stats.pending(),
                 samples: l.stats.take_samples(),
+                failures: l.stats.failures(),
             })
             .collect()
     }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use nereid_core::model_config::ModelConfig;
 use nereid_core::model_config::model_instance_group::Kind;
-use nereid_core::{Backend, Device, Error, InferRequest, InferResponse, ModelSource};
+use nereid_core::{Backend, Device, Error, ErrorKind, InferRequest, InferResponse, ModelSource};
 use tokio::sync::oneshot;
 
 use nereid_ensemble::{Composer, Pipeline};
@@ -17,7 +17,7 @@ use crate::cache::{CacheScope, ResponseCache};
 use crate::classify::{self, Labels};
 use crate::scheduler::job::Job;
 use crate::scheduler::{BatchingScheduler, DirectScheduler, Scheduler};
-use crate::stats::{ComputeTimes, ModelStats};
+use crate::stats::{ComputeTimes, FailureReason, ModelStats};
 use crate::validate::validate;
 use crate::warmup;
 use crate::worker::{WorkerContext, start_workers};
@@ -232,7 +232,11 @@ impl LoadedVersion {
         let submitted = Job::new(request, reply, Arc::clone(&self.stats), ticket)
             .and_then(|job| scheduler.submit(job));
         if let Err(e) = submitted {
-            self.stats.record_failure(enqueued.elapsed());
+            let reason = match e.kind() {
+                ErrorKind::Unavailable => FailureReason::Rejected,
+                _ => FailureReason::Other,
+            };
+            self.stats.record_failure_for(enqueued.elapsed(), reason);
             return Err(e);
         }
         answer.await.map_err(|_| {

@@ -84,6 +84,28 @@ pub struct LatencySample {
     pub compute: ComputeTimes,
 }
 
+/// Why a request failed, as Triton's `reason` label on
+/// `nv_inference_request_failure` says (its fourth, CANCELED, is
+/// [`ModelStats::record_cancelled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureReason {
+    /// Refused by the scheduler: a full queue, a queue timeout or policy.
+    Rejected,
+    /// The backend failed executing it.
+    Backend,
+    /// Anything else (a request that fails validation, ...).
+    Other,
+}
+
+/// Failed requests by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FailureCounts {
+    pub rejected: u64,
+    pub canceled: u64,
+    pub backend: u64,
+    pub other: u64,
+}
+
 /// What the metrics endpoint reads of a version besides its statistics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VersionActivity {
@@ -93,6 +115,7 @@ pub struct VersionActivity {
     pub pending: u64,
     /// Latencies sampled since the last take.
     pub samples: Vec<LatencySample>,
+    pub failures: FailureCounts,
 }
 
 /// Counts a request as pending until dropped (when it starts executing,
@@ -124,6 +147,8 @@ pub struct ModelStats {
     batches: Mutex<BTreeMap<u64, BatchStat>>,
     pending: AtomicU64,
     samples: Mutex<Vec<LatencySample>>,
+    rejected: AtomicU64,
+    backend_failures: AtomicU64,
 }
 
 impl ModelStats {
@@ -180,10 +205,35 @@ impl ModelStats {
         self.cache_miss.record(lookup);
     }
 
-    /// One request that failed after passing validation.
+    /// One request that failed, for a reason other than those
+    /// [`ModelStats::record_failure_for`] names.
     pub fn record_failure(&self, total: Duration) {
         self.fail.record(total);
         self.touch();
+    }
+
+    /// One request that failed for `reason`.
+    pub fn record_failure_for(&self, total: Duration, reason: FailureReason) {
+        match reason {
+            FailureReason::Rejected => self.rejected.fetch_add(1, Ordering::Relaxed),
+            FailureReason::Backend => self.backend_failures.fetch_add(1, Ordering::Relaxed),
+            FailureReason::Other => 0,
+        };
+        self.record_failure(total);
+    }
+
+    /// Failed requests by reason; OTHER is every failure not counted
+    /// under another reason.
+    pub fn failures(&self) -> FailureCounts {
+        let rejected = self.rejected.load(Ordering::Relaxed);
+        let backend = self.backend_failures.load(Ordering::Relaxed);
+        let all = self.fail.snapshot().count;
+        FailureCounts {
+            rejected,
+            canceled: self.cancelled.load(Ordering::Relaxed),
+            backend,
+            other: all.saturating_sub(rejected + backend),
+        }
     }
 
     /// A request dropped before it ran because its client went away.
@@ -297,6 +347,28 @@ mod tests {
             s.batches[1].compute_input,
             DurationSnapshot { count: 2, ns: 2000 }
         );
+    }
+
+    #[test]
+    fn failures_are_counted_by_reason() {
+        let stats = ModelStats::default();
+        let d = Duration::from_micros(5);
+        stats.record_failure(d);
+        stats.record_failure_for(d, FailureReason::Rejected);
+        stats.record_failure_for(d, FailureReason::Backend);
+        stats.record_failure_for(d, FailureReason::Backend);
+        stats.record_cancelled();
+        let f = stats.failures();
+        assert_eq!(
+            f,
+            FailureCounts {
+                rejected: 1,
+                canceled: 1,
+                backend: 2,
+                other: 1
+            }
+        );
+        assert_eq!(stats.snapshot().fail.count, 4);
     }
 
     #[test]

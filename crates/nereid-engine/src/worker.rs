@@ -16,7 +16,7 @@ use nereid_scheduler::{Dispatch, Pending, SlotPermit};
 
 use crate::batch::{gather, pick, scatter};
 use crate::scheduler::job::Job;
-use crate::stats::{ComputeTimes, ModelStats};
+use crate::stats::{ComputeTimes, FailureReason, ModelStats};
 use crate::validate::ValidatedRequest;
 use crate::warmup::{self, WarmupSample};
 
@@ -152,7 +152,8 @@ fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, dispatch: Di
         Err(e) => {
             tracing::warn!(model = %ctx.model_name, version = ctx.version, error = %e, "execution failed");
             for job in jobs {
-                ctx.stats.record_failure(job.enqueued.elapsed());
+                ctx.stats
+                    .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
                 job.answer(Err(e.clone()));
             }
         }
@@ -232,7 +233,8 @@ fn answer(
             job.answer(Ok(response));
         }
         Err(e) => {
-            ctx.stats.record_failure(job.enqueued.elapsed());
+            ctx.stats
+                .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
             job.answer(Err(e));
         }
     }

@@ -9,7 +9,7 @@ use nereid_core::{Error, InferResponse, Parameter};
 use nereid_scheduler::{OrderTicket, Pending};
 use tokio::sync::oneshot;
 
-use crate::stats::{ModelStats, PendingMark};
+use crate::stats::{FailureReason, ModelStats, PendingMark};
 use crate::validate::ValidatedRequest;
 
 /// A validated request waiting for an instance.
@@ -115,7 +115,8 @@ impl Pending for Job {
     }
 
     fn reject(self, error: Error) {
-        self.stats.record_failure(self.enqueued.elapsed());
+        self.stats
+            .record_failure_for(self.enqueued.elapsed(), FailureReason::Rejected);
         self.answer(Err(error));
     }
 

@@ -27,12 +27,6 @@ const COUNTERS: &[Counter] = &[
         latency: false,
     },
     Counter {
-        name: "nv_inference_request_failure",
-        help: "Number of failed inference requests, all batch sizes",
-        value: |s| s.fail.count,
-        latency: false,
-    },
-    Counter {
         name: "nereid_inference_request_cancelled",
         help: "Number of requests dropped before they ran because their client went away",
         value: |s| s.cancelled,
@@ -83,6 +77,7 @@ const COUNTERS: &[Counter] = &[
 ];
 
 const PENDING: &str = "nv_inference_pending_request_count";
+const FAILURE: &str = "nv_inference_request_failure";
 
 /// The `model` and `version` labels Triton puts on per-version series.
 pub fn version_key(name: &'static str, model: &str, version: i64) -> Key {
@@ -113,6 +108,7 @@ pub fn render(
                 .absolute((counter.value)(&v.stats));
         }
     }
+    failures(&recorder, activity);
     recorder.describe_gauge(
         PENDING.into(),
         None,
@@ -128,6 +124,34 @@ pub fn render(
         cpu_gauges(&recorder, cpu);
     }
     recorder.handle().render()
+}
+
+/// `nv_inference_request_failure`, one series per Triton reason.
+fn failures(recorder: &impl Recorder, activity: &[VersionActivity]) {
+    recorder.describe_counter(
+        FAILURE.into(),
+        None,
+        "Number of failed inference requests, all batch sizes".into(),
+    );
+    for a in activity {
+        let f = a.failures;
+        let reasons = [
+            ("REJECTED", f.rejected),
+            ("CANCELED", f.canceled),
+            ("BACKEND", f.backend),
+            ("OTHER", f.other),
+        ];
+        for (reason, count) in reasons {
+            let labels = vec![
+                Label::new("model", a.name.clone()),
+                Label::new("version", a.version.to_string()),
+                Label::new("reason", reason),
+            ];
+            recorder
+                .register_counter(&Key::from_parts(FAILURE, labels), &METADATA)
+                .absolute(count);
+        }
+    }
 }
 
 fn cpu_gauges(recorder: &impl Recorder, cpu: CpuReading) {
