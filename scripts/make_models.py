@@ -390,9 +390,35 @@ def write_test_models(repo: Path) -> None:
     write_model(repo, "autofill_simple", {1: simple_model("autofill_simple")}, None)
 
 
+BENCH_IDENTITY_IN = Io("INPUT0", "TYPE_FP32", TensorProto.FLOAT, (262144,))
+BENCH_IDENTITY_OUT = Io("OUTPUT0", "TYPE_FP32", TensorProto.FLOAT, (262144,))
+
+
+def write_bench_identity(repo: Path) -> None:
+    """`identity_1mb`: 1 MiB of FP32 in and out (benches/protocol_extensions.sh
+    moves it through shared memory and through the request body), and
+    `mlp_cached` / `mlp_uncached`: the example MLP with and without
+    `response_cache`."""
+    write_model(
+        repo,
+        "identity_1mb",
+        {1: identity_model("identity_1mb", BENCH_IDENTITY_IN, BENCH_IDENTITY_OUT)},
+        config_text("identity_1mb", 8, [BENCH_IDENTITY_IN], [BENCH_IDENTITY_OUT]),
+    )
+    inputs, outputs = mlp_io(MLP_SIZES)
+    for name, extra in [("mlp_cached", "response_cache {\n  enable: true\n}\n"), ("mlp_uncached", "")]:
+        write_model(repo, name, {1: mlp_model(name, MLP_SIZES)}, config_text(name, 64, inputs, outputs, extra=extra))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
+    parser.add_argument(
+        "--bench-identity",
+        type=Path,
+        metavar="REPO",
+        help="write only the shared-memory and cache benchmark's models into REPO",
+    )
     parser.add_argument(
         "--bench-mlp",
         type=Path,
@@ -400,6 +426,9 @@ def main() -> None:
         help="write only the benchmark's `mlp_large` (256-2048-2048-2048-16) into REPO",
     )
     args = parser.parse_args()
+    if args.bench_identity:
+        write_bench_identity(args.bench_identity)
+        return
     if args.bench_mlp:
         # One instance: a batch of this model keeps every core busy through
         # the shared thread pool, so a second instance only splits them.
