@@ -340,3 +340,31 @@ def test_cuda_shared_memory_needs_a_gpu_build(server):
         g.register_cuda_shared_memory("c", b"\0" * 64, 0, 8)
     assert e.value.status() == "StatusCode.UNIMPLEMENTED"
     assert "CUDA shared memory is not supported" in e.value.message()
+
+
+def test_grpc_stream_with_shared_memory(server, regions):
+    import queue
+
+    in_key, in_handle = regions(BYTES)
+    out_key, out_handle = regions(BYTES)
+    shm.set_shared_memory_region(in_handle, [IN0])
+    g = grpcclient.InferenceServerClient(server.grpc_url)
+    in_name, out_name = unique("in"), unique("out")
+    g.register_system_shared_memory(in_name, in_key, BYTES)
+    g.register_system_shared_memory(out_name, out_key, BYTES)
+    in0 = grpcclient.InferInput("INPUT0", [1, 16], "INT32")
+    in0.set_shared_memory(in_name, BYTES)
+    in1 = grpcclient.InferInput("INPUT1", [1, 16], "INT32")
+    in1.set_data_from_numpy(IN1)
+    out0 = grpcclient.InferRequestedOutput("OUTPUT0")
+    out0.set_shared_memory(out_name, BYTES)
+    answers = queue.Queue()
+    g.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        g.async_stream_infer(MODEL, [in0, in1], outputs=[out0])
+        result, error = answers.get(timeout=30)
+    finally:
+        g.stop_stream()
+    assert error is None
+    assert list(result.get_response().raw_output_contents) == [b""]
+    np.testing.assert_array_equal(shm.get_contents_as_numpy(out_handle, np.int32, [1, 16]), IN0 + IN1)

@@ -1,6 +1,8 @@
 //! The model manager: finds models in the repository, loads each version's
 //! instances through a backend, tracks their states, validates and
-//! dispatches requests, and keeps statistics. Frontends use [`Engine`]
+//! dispatches requests, keeps statistics and the system shared memory
+//! regions clients register (inputs read from them, outputs written into
+//! them, whichever frontend the request came by). Frontends use [`Engine`]
 //! in-process without knowing which backend serves a model.
 //!
 //! This crate must not depend on a wire format (HTTP, gRPC, JSON) nor on a

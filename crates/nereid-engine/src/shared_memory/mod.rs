@@ -112,17 +112,27 @@ impl SharedMemoryRegistry {
             return Err(SharedMemoryError::AlreadyRegistered(name.to_string()));
         }
         regions.insert(name.to_string(), Arc::new(region));
+        tracing::debug!(
+            region = name,
+            key,
+            offset,
+            byte_size,
+            "registered system shared memory"
+        );
         Ok(())
     }
 
     /// Forgets `name`; an unknown name is no error, as in Triton. Requests
     /// in flight keep the mapping until they finish.
     pub fn unregister(&self, name: &str) {
-        self.regions.lock().remove(name);
+        if self.regions.lock().remove(name).is_some() {
+            tracing::debug!(region = name, "unregistered system shared memory");
+        }
     }
 
     pub fn unregister_all(&self) {
-        self.regions.lock().clear();
+        let count = std::mem::take(&mut *self.regions.lock()).len();
+        tracing::debug!(count, "unregistered all system shared memory");
     }
 
     /// Every region, or the one named (which must exist), sorted by name.

@@ -237,3 +237,63 @@ fn decode_output(
         parameters,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use nereid_core::Parameter;
+
+    use super::*;
+
+    fn decode(body: serde_json::Value) -> Result<DecodedRequest, Error> {
+        decode_infer_request("m", None, Bytes::from(body.to_string()), None)
+    }
+
+    #[test]
+    fn an_input_in_shared_memory_keeps_its_place_for_the_engine() {
+        let decoded = decode(serde_json::json!({"inputs": [{
+            "name": "IN", "shape": [2], "datatype": "INT32",
+            "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 8}
+        }]}))
+        .unwrap();
+        let input = &decoded.request.inputs[0];
+        assert!(input.data.is_empty());
+        assert_eq!(
+            input.parameters.get("shared_memory_region"),
+            Some(&Parameter::String("r".into()))
+        );
+    }
+
+    #[test]
+    fn an_input_needs_exactly_one_place_for_its_data() {
+        let e = decode(serde_json::json!({"inputs": [{
+            "name": "IN", "shape": [1], "datatype": "INT32", "data": [1],
+            "parameters": {"shared_memory_region": "r", "binary_data_size": 4}
+        }]}))
+        .unwrap_err();
+        assert!(
+            e.message()
+                .ends_with("But set 'data' 'binary_data_size' 'shared_memory_region'"),
+            "{e}"
+        );
+        let e = decode(serde_json::json!({"inputs": [{
+            "name": "IN", "shape": [1], "datatype": "INT32"
+        }]}))
+        .unwrap_err();
+        assert!(e.message().ends_with("But no field is set"), "{e}");
+    }
+
+    #[test]
+    fn an_output_in_shared_memory_cannot_be_binary() {
+        let output = |binary: bool| {
+            serde_json::json!({"inputs": [], "outputs": [{"name": "OUT", "parameters": {
+                "shared_memory_region": "r", "shared_memory_byte_size": 4, "binary_data": binary
+            }}]})
+        };
+        assert!(decode(output(false)).is_ok());
+        let e = decode(output(true)).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "Output can't set both 'shared_memory_region' and 'binary_data'"
+        );
+    }
+}

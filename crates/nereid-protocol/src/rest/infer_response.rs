@@ -136,3 +136,48 @@ pub fn encode_infer_response(
         header_length: Some(header.len()),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use nereid_core::Tensor;
+
+    use super::*;
+
+    fn tensor(name: &str, data: Vec<u8>) -> Tensor {
+        Tensor {
+            name: name.into(),
+            datatype: DataType::Uint8,
+            shape: vec![data.len() as i64],
+            data: Bytes::from(data),
+        }
+    }
+
+    #[test]
+    fn outputs_in_shared_memory_carry_neither_data_nor_parameters() {
+        let response = InferResponse {
+            model_name: "m".into(),
+            model_version: 1,
+            id: String::new(),
+            outputs: vec![tensor("SHM", vec![]), tensor("BIN", vec![7, 8])],
+            parameters: Parameters::new(),
+            in_shared_memory: vec!["SHM".into()],
+        };
+        let encoding = OutputEncoding {
+            default_binary: true,
+            explicit: Vec::new(),
+        };
+        let encoded = encode_infer_response(&response, &encoding).unwrap();
+        let header_length = encoded.header_length.unwrap();
+        let header: serde_json::Value =
+            serde_json::from_slice(&encoded.body[..header_length]).unwrap();
+        assert_eq!(
+            header["outputs"][0],
+            serde_json::json!({"name": "SHM", "datatype": "UINT8", "shape": [0]})
+        );
+        assert_eq!(
+            header["outputs"][1]["parameters"]["binary_data_size"],
+            serde_json::json!(2)
+        );
+        assert_eq!(&encoded.body[header_length..], &[7, 8]);
+    }
+}
