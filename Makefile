@@ -72,6 +72,7 @@ perf-smoke: build
 bench: setup-test release
 	benches/run.sh
 	benches/ensemble.sh
+	benches/protocol_extensions.sh
 
 fmt:
 	$(CARGO) fmt --all
