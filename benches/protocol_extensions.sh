@@ -52,8 +52,11 @@ measure() {
   if timeout "$PA_TIMEOUT_S" "$pa" -m "$model" -i "$protocol" -u "127.0.0.1:$port" -b 1 \
     --concurrency-range "$c" --measurement-mode count_windows \
     --measurement-request-count "$requests" -s 50 -r 5 -f "$csv" "$@" >"$csv.log" 2>&1; then
-    awk -F, -v n="$name" -v p="$protocol" -v c="$c" 'NR == 2 {
-      printf "| %s | %s | c%s | %\047d | %\047d | %\047d |\n", n, p, c, $2, $10, $13 }' "$csv"
+    # Columns by name: with a cache, perf_analyzer adds cache columns.
+    awk -F, -v n="$name" -v p="$protocol" -v c="$c" '
+      NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i }
+      NR == 2 { printf "| %s | %s | c%s | %d | %d | %d |\n", n, p, c,
+                $col["Inferences/Second"], $col["p50 latency"], $col["p99 latency"] }' "$csv"
   else
     log "$name $protocol c$c: perf_analyzer failed: $(tail -n 2 "$csv.log" | tr '\n' ' ')"
     printf '| %s | %s | c%s | failed | | |\n' "$name" "$protocol" "$c"
@@ -75,5 +78,8 @@ curl -s "http://127.0.0.1:$http/v2/models/mlp_cached/stats" | python3 -c '
 import json, sys
 s = json.load(sys.stdin)["model_stats"][0]["inference_stats"]
 hit, miss = s["cache_hit"], s["cache_miss"]
-print(f"\nCache: {hit[\"count\"]:,} hits ({hit[\"ns\"] / max(hit[\"count\"], 1) / 1000:.1f} µs each to find), "
-      f"{miss[\"count\"]:,} misses ({miss[\"ns\"] / max(miss[\"count\"], 1) / 1000:.1f} µs each to look up and insert).")'
+hit_us = hit["ns"] / max(hit["count"], 1) / 1000
+miss_us = miss["ns"] / max(miss["count"], 1) / 1000
+hits, misses = hit["count"], miss["count"]
+print(f"\nCache: {hits:,} hits ({hit_us:.1f} µs each to find), "
+      f"{misses:,} misses ({miss_us:.1f} µs each to look up and insert).")'

@@ -4,6 +4,7 @@ HTTP, checked with tritonclient and with raw requests."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import requests
 import tritonclient.http as httpclient
 
@@ -111,3 +112,11 @@ def test_load_outside_explicit_mode_answers_as_triton(server):
     r = requests.post(f"{server.base}/v2/repository/models/simple/load")
     assert r.status_code == 503
     assert r.json()["error"] == "explicit model load / unload is not allowed if polling is enabled"
+
+
+@pytest.mark.parametrize("path", ["/v2/trace/setting", "/v2/models/simple/trace/setting"])
+def test_trace_settings_say_the_extension_is_missing(server, path):
+    for method in (requests.get, requests.post):
+        r = method(f"{server.base}{path}", json={})
+        assert r.status_code == 501, r.text
+        assert r.json() == {"error": "the trace extension is not implemented yet"}

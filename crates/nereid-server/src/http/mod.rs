@@ -35,12 +35,17 @@ pub fn router(engine: Engine, log: LogControl) -> Router {
         .route("/ready", get(model::ready))
         .route("/config", get(model::config))
         .route("/stats", get(model::stats))
-        .route("/infer", post(infer::infer));
+        .route("/infer", post(infer::infer))
+        .route("/trace/setting", get(trace_not_built).post(trace_not_built));
     Router::new()
         .route("/v2", get(server::metadata))
         .route("/v2/health/live", get(server::live))
         .route("/v2/health/ready", get(server::ready))
         .route("/v2/models/stats", get(model::all_stats))
+        .route(
+            "/v2/trace/setting",
+            get(trace_not_built).post(trace_not_built),
+        )
         .route("/v2/repository/index", post(repository::index))
         .route("/v2/repository/models/{model}/load", post(repository::load))
         .route(
@@ -104,6 +109,15 @@ pub fn error_response(status: StatusCode, message: &str) -> Response {
 /// A JSON body that is already encoded.
 pub fn json_response(body: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// `/v2/trace/setting`, global and per model: named, so that a client
+/// learns the extension is missing rather than that the path is wrong.
+async fn trace_not_built() -> Response {
+    ApiError(Error::unsupported(
+        "the trace extension is not implemented yet",
+    ))
+    .into_response()
 }
 
 async fn not_found() -> Response {
