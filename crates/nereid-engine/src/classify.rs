@@ -125,7 +125,7 @@ fn classify(
     Ok(Tensor {
         name: tensor.name.clone(),
         datatype: DataType::Bytes,
-        shape: shape.into(),
+        shape,
         data: data.freeze(),
     })
 }
@@ -246,7 +246,7 @@ mod tests {
         Tensor {
             name: "OUT".into(),
             datatype,
-            shape: shape.to_vec().into(),
+            shape: shape.to_vec(),
             data: data.into(),
         }
     }

@@ -158,6 +158,8 @@ mod tests {
                 compute_input: d(8, 20),
                 compute_infer: d(8, 30),
                 compute_output: d(8, 40),
+                cache_hit: d(3, 6),
+                cache_miss: d(4, 8),
                 inference_count: 9,
                 execution_count: 8,
                 last_inference_ms: 1_700_000_000_000,
@@ -193,8 +195,8 @@ mod tests {
             s.compute_infer,
             Some(StatisticDuration { count: 8, ns: 30 })
         );
-        assert_eq!(s.cache_hit, Some(StatisticDuration::default()));
-        assert_eq!(s.cache_miss, Some(StatisticDuration::default()));
+        assert_eq!(s.cache_hit, Some(StatisticDuration { count: 3, ns: 6 }));
+        assert_eq!(s.cache_miss, Some(StatisticDuration { count: 4, ns: 8 }));
         assert_eq!(m.batch_stats.len(), 1);
         assert_eq!(m.batch_stats[0].batch_size, 2);
         assert_eq!(
