@@ -10,8 +10,11 @@ use clap::{Parser, ValueEnum};
 use nereid_engine::{ControlMode, EngineOptions, ModelControl};
 
 use crate::logging::{LogFormat, LogSettings};
-use crate::metrics::MetricsOptions;
 use crate::server::ServerConfig;
+
+mod settings;
+
+use settings::{metrics_options, python_path, response_cache_bytes};
 
 /// Nereid: a Triton-compatible inference server.
 #[derive(Debug, Parser)]
@@ -162,106 +165,6 @@ pub struct Args {
     pub response_cache_byte_size: Option<u64>,
 }
 
-/// The response cache's size from `--cache-config` and
-/// `--response-cache-byte-size`; `None` when neither asks for one.
-fn response_cache_bytes(
-    settings: &[String],
-    byte_size: Option<u64>,
-) -> anyhow::Result<Option<u64>> {
-    let mut size = byte_size;
-    for setting in settings {
-        let Some((cache, pair)) = setting.split_once(',') else {
-            anyhow::bail!("--cache-config {setting}: expected <cache>,<key>=<value>");
-        };
-        let Some((key, value)) = pair.split_once('=') else {
-            anyhow::bail!("--cache-config {setting}: expected <cache>,<key>=<value>");
-        };
-        match (cache, key) {
-            ("local", "size") => {
-                let bytes = value.parse::<u64>().map_err(|_| {
-                    anyhow::anyhow!("--cache-config {setting}: size must be a number of bytes")
-                })?;
-                size = Some(bytes);
-            }
-            ("local", _) => {
-                anyhow::bail!("--cache-config {setting}: the local cache has one setting, 'size'")
-            }
-            _ => anyhow::bail!(
-                "--cache-config {setting}: Nereid has the 'local' cache only, not '{cache}'"
-            ),
-        }
-    }
-    Ok(size.filter(|&bytes| bytes > 0))
-}
-
-/// The interpreter `--backend-config=python,python-path=...` names.
-fn python_path(settings: &[String]) -> anyhow::Result<PathBuf> {
-    let mut python = PathBuf::from("python3");
-    for setting in settings {
-        let Some((backend, pair)) = setting.split_once(',') else {
-            anyhow::bail!("--backend-config {setting}: expected <backend>,<key>=<value>");
-        };
-        let Some((key, value)) = pair.split_once('=') else {
-            anyhow::bail!("--backend-config {setting}: expected <backend>,<key>=<value>");
-        };
-        if (backend, key) == ("python", "python-path") {
-            python = PathBuf::from(value);
-        } else {
-            tracing::warn!("--backend-config {setting}: not used by Nereid");
-        }
-    }
-    Ok(python)
-}
-
-/// The metrics options `--metrics-config`, `--metrics-interval-ms` and
-/// `--allow-cpu-metrics` ask for.
-fn metrics_options(
-    settings: &[String],
-    interval_ms: u64,
-    cpu: bool,
-) -> anyhow::Result<MetricsOptions> {
-    let mut options = MetricsOptions {
-        interval: Duration::from_millis(interval_ms),
-        cpu,
-        ..MetricsOptions::default()
-    };
-    for setting in settings {
-        let Some((key, value)) = setting.split_once('=') else {
-            anyhow::bail!("--metrics-config {setting}: expected <key>=<value>");
-        };
-        match key {
-            "counter_latencies" => options.counter_latencies = boolean(setting, value)?,
-            "summary_latencies" => options.summary_latencies = boolean(setting, value)?,
-            "summary_quantiles" => options.quantiles = quantiles(setting, value)?,
-            _ => tracing::warn!("--metrics-config {setting}: not used by Nereid"),
-        }
-    }
-    Ok(options)
-}
-
-fn boolean(setting: &str, value: &str) -> anyhow::Result<bool> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" | "on" => Ok(true),
-        "false" | "0" | "no" | "off" => Ok(false),
-        _ => anyhow::bail!("--metrics-config {setting}: {value:?} is not a boolean"),
-    }
-}
-
-/// `<quantile>:<error>,...` as tritonserver takes it; Nereid's summaries
-/// use the quantiles (their error is the sketch's own).
-fn quantiles(setting: &str, value: &str) -> anyhow::Result<Vec<f64>> {
-    value
-        .split(',')
-        .map(|pair| {
-            let quantile = pair.split(':').next().unwrap_or(pair);
-            match quantile.trim().parse::<f64>() {
-                Ok(q) if (0.0..=1.0).contains(&q) => Ok(q),
-                _ => anyhow::bail!("--metrics-config {setting}: {pair:?} is not <quantile>:<error> with a quantile in 0..1"),
-            }
-        })
-        .collect()
-}
-
 /// `--model-control-mode` values, as tritonserver spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModelControlMode {
@@ -356,40 +259,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backend_config_names_the_python_interpreter() {
-        assert_eq!(python_path(&[]).unwrap(), PathBuf::from("python3"));
-        let set = [
-            "python,python-path=/opt/py/bin/python".to_string(),
-            "onnxruntime,x=1".to_string(),
-        ];
-        assert_eq!(
-            python_path(&set).unwrap(),
-            PathBuf::from("/opt/py/bin/python")
-        );
-        assert!(python_path(&["python".to_string()]).is_err());
-    }
-
-    #[test]
-    fn cache_config_sizes_the_local_cache_and_refuses_the_rest() {
-        let set = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(response_cache_bytes(&[], None).unwrap(), None);
-        assert_eq!(
-            response_cache_bytes(&set(&["local,size=1048576"]), None).unwrap(),
-            Some(1 << 20)
-        );
-        assert_eq!(response_cache_bytes(&[], Some(4096)).unwrap(), Some(4096));
-        for bad in [
-            "local",
-            "local,size",
-            "local,size=lots",
-            "local,ttl=3",
-            "redis,host=h",
-        ] {
-            assert!(response_cache_bytes(&set(&[bad]), None).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
     fn tritonserver_flags_parse() {
         let args = Args::try_parse_from([
             "nereid",
@@ -455,33 +324,7 @@ mod tests {
     }
 
     #[test]
-    fn metrics_flags() {
-        let set = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let options = metrics_options(
-            &set(&[
-                "summary_latencies=true",
-                "counter_latencies=false",
-                "summary_quantiles=0.5:0.05,0.99:0.001",
-            ]),
-            500,
-            false,
-        )
-        .unwrap();
-        assert!(options.summary_latencies && !options.counter_latencies && !options.cpu);
-        assert_eq!(options.quantiles, [0.5, 0.99]);
-        assert_eq!(options.interval, Duration::from_millis(500));
-        assert_eq!(
-            metrics_options(&[], 2000, true).unwrap(),
-            MetricsOptions::default()
-        );
-        for bad in [
-            "summary_latencies",
-            "summary_latencies=maybe",
-            "summary_quantiles=2:0.1",
-        ] {
-            let err = metrics_options(&set(&[bad]), 2000, true).unwrap_err();
-            assert!(err.to_string().contains(bad), "{err}");
-        }
+    fn metrics_interval_must_be_positive() {
         assert!(
             Args::try_parse_from(["nereid", "--model-repository=/a", "--metrics-interval-ms=0"])
                 .is_err()

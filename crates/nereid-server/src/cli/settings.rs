@@ -1,0 +1,180 @@
+//! The flags that carry `<name>,<key>=<value>` or `<key>=<value>`
+//! settings, as tritonserver takes them: `--backend-config`,
+//! `--cache-config` and `--metrics-config`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::metrics::MetricsOptions;
+
+/// `<name>,<key>=<value>` split in three; `flag` and `what` name it in the
+/// error.
+fn split_setting<'a>(
+    flag: &str,
+    what: &str,
+    setting: &'a str,
+) -> anyhow::Result<(&'a str, &'a str, &'a str)> {
+    setting
+        .split_once(',')
+        .and_then(|(name, pair)| pair.split_once('=').map(|(k, v)| (name, k, v)))
+        .ok_or_else(|| anyhow::anyhow!("{flag} {setting}: expected <{what}>,<key>=<value>"))
+}
+
+/// The response cache's size from `--cache-config` and
+/// `--response-cache-byte-size`; `None` when neither asks for one.
+pub(super) fn response_cache_bytes(
+    settings: &[String],
+    byte_size: Option<u64>,
+) -> anyhow::Result<Option<u64>> {
+    let mut size = byte_size;
+    for setting in settings {
+        let (cache, key, value) = split_setting("--cache-config", "cache", setting)?;
+        match (cache, key) {
+            ("local", "size") => {
+                let bytes = value.parse::<u64>().map_err(|_| {
+                    anyhow::anyhow!("--cache-config {setting}: size must be a number of bytes")
+                })?;
+                size = Some(bytes);
+            }
+            ("local", _) => {
+                anyhow::bail!("--cache-config {setting}: the local cache has one setting, 'size'")
+            }
+            _ => anyhow::bail!(
+                "--cache-config {setting}: Nereid has the 'local' cache only, not '{cache}'"
+            ),
+        }
+    }
+    Ok(size.filter(|&bytes| bytes > 0))
+}
+
+/// The interpreter `--backend-config=python,python-path=...` names.
+pub(super) fn python_path(settings: &[String]) -> anyhow::Result<PathBuf> {
+    let mut python = PathBuf::from("python3");
+    for setting in settings {
+        let (backend, key, value) = split_setting("--backend-config", "backend", setting)?;
+        if (backend, key) == ("python", "python-path") {
+            python = PathBuf::from(value);
+        } else {
+            tracing::warn!("--backend-config {setting}: not used by Nereid");
+        }
+    }
+    Ok(python)
+}
+
+/// The metrics options `--metrics-config`, `--metrics-interval-ms` and
+/// `--allow-cpu-metrics` ask for.
+pub(super) fn metrics_options(
+    settings: &[String],
+    interval_ms: u64,
+    cpu: bool,
+) -> anyhow::Result<MetricsOptions> {
+    let mut options = MetricsOptions {
+        interval: Duration::from_millis(interval_ms),
+        cpu,
+        ..MetricsOptions::default()
+    };
+    for setting in settings {
+        let Some((key, value)) = setting.split_once('=') else {
+            anyhow::bail!("--metrics-config {setting}: expected <key>=<value>");
+        };
+        match key {
+            "counter_latencies" => options.counter_latencies = boolean(setting, value)?,
+            "summary_latencies" => options.summary_latencies = boolean(setting, value)?,
+            "summary_quantiles" => options.quantiles = quantiles(setting, value)?,
+            _ => tracing::warn!("--metrics-config {setting}: not used by Nereid"),
+        }
+    }
+    Ok(options)
+}
+
+fn boolean(setting: &str, value: &str) -> anyhow::Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => anyhow::bail!("--metrics-config {setting}: {value:?} is not a boolean"),
+    }
+}
+
+/// `<quantile>:<error>,...` as tritonserver takes it; Nereid's summaries
+/// use the quantiles (their error is the sketch's own).
+fn quantiles(setting: &str, value: &str) -> anyhow::Result<Vec<f64>> {
+    value
+        .split(',')
+        .map(|pair| {
+            let quantile = pair.split(':').next().unwrap_or(pair);
+            match quantile.trim().parse::<f64>() {
+                Ok(q) if (0.0..=1.0).contains(&q) => Ok(q),
+                _ => anyhow::bail!("--metrics-config {setting}: {pair:?} is not <quantile>:<error> with a quantile in 0..1"),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_config_names_the_python_interpreter() {
+        assert_eq!(python_path(&[]).unwrap(), PathBuf::from("python3"));
+        let set = [
+            "python,python-path=/opt/py/bin/python".to_string(),
+            "onnxruntime,x=1".to_string(),
+        ];
+        assert_eq!(
+            python_path(&set).unwrap(),
+            PathBuf::from("/opt/py/bin/python")
+        );
+        assert!(python_path(&["python".to_string()]).is_err());
+    }
+
+    #[test]
+    fn cache_config_sizes_the_local_cache_and_refuses_the_rest() {
+        let set = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(response_cache_bytes(&[], None).unwrap(), None);
+        assert_eq!(
+            response_cache_bytes(&set(&["local,size=1048576"]), None).unwrap(),
+            Some(1 << 20)
+        );
+        assert_eq!(response_cache_bytes(&[], Some(4096)).unwrap(), Some(4096));
+        for bad in [
+            "local",
+            "local,size",
+            "local,size=lots",
+            "local,ttl=3",
+            "redis,host=h",
+        ] {
+            assert!(response_cache_bytes(&set(&[bad]), None).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn metrics_flags() {
+        let set = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let options = metrics_options(
+            &set(&[
+                "summary_latencies=true",
+                "counter_latencies=false",
+                "summary_quantiles=0.5:0.05,0.99:0.001",
+            ]),
+            500,
+            false,
+        )
+        .unwrap();
+        assert!(options.summary_latencies && !options.counter_latencies && !options.cpu);
+        assert_eq!(options.quantiles, [0.5, 0.99]);
+        assert_eq!(options.interval, Duration::from_millis(500));
+        assert_eq!(
+            metrics_options(&[], 2000, true).unwrap(),
+            MetricsOptions::default()
+        );
+        for bad in [
+            "summary_latencies",
+            "summary_latencies=maybe",
+            "summary_quantiles=2:0.1",
+        ] {
+            let err = metrics_options(&set(&[bad]), 2000, true).unwrap_err();
+            assert!(err.to_string().contains(bad), "{err}");
+        }
+    }
+}
