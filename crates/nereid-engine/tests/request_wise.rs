@@ -13,7 +13,11 @@ use nereid_engine::{Engine, EngineOptions};
 #[tokio::test]
 async fn each_request_of_a_batch_gets_its_own_answer() {
     let root = tempfile::tempdir().unwrap();
-    let config = format!("{CONFIG}\ndynamic_batching {{ max_queue_delay_microseconds: 200000 }}\n");
+    // The three requests fill max_batch_size (1 + 1 + 2 = 4), which sends
+    // the batch at once; the long delay only makes sure that a loaded
+    // machine cannot send the first of them alone.
+    let config =
+        format!("{CONFIG}\ndynamic_batching {{ max_queue_delay_microseconds: 10000000 }}\n");
     write_model(root.path(), "rw", &config, "requestwise");
     let (backend, controls) = common::backend();
     let options = EngineOptions {
