@@ -25,16 +25,8 @@ BENCH_TAG=ensemble
 # shellcheck source=benches/lib.sh
 source benches/lib.sh
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/nereid-ensemble.XXXXXX")
+bench_workdir ensemble
 mkdir -p "$work/results"
-pid=
-cleanup() {
-  local rc=$?
-  stop_server "$pid"
-  rm -rf "$work"
-  exit "$rc"
-}
-trap cleanup EXIT
 
 scripts/setup-python.sh
 scripts/setup-perf-analyzer.sh

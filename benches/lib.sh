@@ -119,3 +119,19 @@ wait_ready() {
   READY_MS=$(($(now_ms) - t0))
   log "$name ready in $READY_MS ms"
 }
+
+# Sets `work` to a new temporary folder and `pid` to empty, and at exit
+# stops the server in `pid` and removes the folder: what a bench with one
+# server at a time needs. $1 names the folder (nereid-$1.XXXXXX).
+bench_workdir() {
+  work=$(mktemp -d "${TMPDIR:-/tmp}/nereid-$1.XXXXXX")
+  pid=
+  trap bench_cleanup EXIT
+}
+
+bench_cleanup() {
+  local rc=$?
+  stop_server "$pid"
+  rm -rf "$work"
+  exit "$rc"
+}

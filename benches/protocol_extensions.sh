@@ -23,15 +23,7 @@ BENCH_TAG=extensions
 # shellcheck source=benches/lib.sh
 source benches/lib.sh
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/nereid-extensions.XXXXXX")
-pid=
-cleanup() {
-  local rc=$?
-  stop_server "$pid"
-  rm -rf "$work"
-  exit "$rc"
-}
-trap cleanup EXIT
+bench_workdir extensions
 
 export ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(scripts/ort-path.sh)}
 .venv/bin/python scripts/make_models.py --bench-identity "$work/repo"

@@ -25,15 +25,7 @@ BENCH_TAG=python
 # shellcheck source=benches/lib.sh
 source benches/lib.sh
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/nereid-python.XXXXXX")
-pid=
-cleanup() {
-  local rc=$?
-  stop_server "$pid"
-  rm -rf "$work"
-  exit "$rc"
-}
-trap cleanup EXIT
+bench_workdir python
 
 # The model, with the lines Triton's isolated stub needs to find numpy
 # (scripts/run-triton.sh passes the venv's site-packages in PYTHONPATH).

@@ -34,16 +34,8 @@ BENCH_TAG=torch
 # shellcheck source=benches/lib.sh
 source benches/lib.sh
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/nereid-torch.XXXXXX")
+bench_workdir torch
 mkdir -p "$work/results"
-pid=
-cleanup() {
-  local rc=$?
-  stop_server "$pid"
-  rm -rf "$work"
-  exit "$rc"
-}
-trap cleanup EXIT
 
 scripts/setup-python.sh
 scripts/setup-perf-analyzer.sh
