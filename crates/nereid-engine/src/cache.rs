@@ -97,9 +97,9 @@ pub struct CacheScope {
 }
 
 impl CacheScope {
-    /// The key of `request` (which must already be validated). Input data
-    /// is copied, so a cached key never holds a whole request body alive.
-    pub fn key(&self, request: &InferRequest) -> Arc<CacheKey> {
+    /// The key of `request` (which must already be validated). It shares
+    /// the request's input data; `insert` stores a copy.
+    pub fn key(&self, request: &InferRequest) -> CacheKey {
         let inputs = request
             .inputs
             .iter()
@@ -107,7 +107,7 @@ impl CacheScope {
                 name: i.name.clone(),
                 datatype: i.datatype,
                 shape: i.shape.clone(),
-                data: Bytes::copy_from_slice(&i.data),
+                data: i.data.clone(),
             })
             .collect();
         let outputs = request
@@ -118,20 +118,30 @@ impl CacheScope {
                 (o.name.clone(), parameters)
             })
             .collect();
-        Arc::new(CacheKey {
+        CacheKey {
             scope: self.id,
             inputs,
             outputs,
             parameters: parameters_text(&request.parameters, &TRANSPORT_PARAMETERS),
-        })
+        }
     }
 
-    pub fn get(&self, key: &Arc<CacheKey>) -> Option<Arc<InferResponse>> {
+    pub fn get(&self, key: &CacheKey) -> Option<Arc<InferResponse>> {
         self.cache.entries.get(key)
     }
 
-    pub fn insert(&self, key: Arc<CacheKey>, response: InferResponse) {
-        self.cache.entries.insert(key, Arc::new(response));
+    /// Stores `response` under `key`. Tensor data is copied in: a request's
+    /// inputs are slices of its whole body and a batched model's outputs
+    /// slices of the whole batch's, which the cache must neither keep alive
+    /// nor leave out of its byte count.
+    pub fn insert(&self, mut key: CacheKey, mut response: InferResponse) {
+        for input in &mut key.inputs {
+            input.data = Bytes::copy_from_slice(&input.data);
+        }
+        for output in &mut response.outputs {
+            output.data = Bytes::copy_from_slice(&output.data);
+        }
+        self.cache.entries.insert(Arc::new(key), Arc::new(response));
     }
 }
 
@@ -205,7 +215,8 @@ fn response_bytes(response: &InferResponse) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nereid_core::{InputTensor, Parameter, RequestedOutput, Tensor};
+    use crate::test_support::uint8_response;
+    use nereid_core::{InputTensor, Parameter, RequestedOutput};
 
     fn request(data: &[u8]) -> InferRequest {
         InferRequest {
@@ -221,26 +232,10 @@ mod tests {
         }
     }
 
-    fn response(bytes: usize) -> InferResponse {
-        InferResponse {
-            model_name: "m".into(),
-            model_version: 1,
-            id: String::new(),
-            outputs: vec![Tensor {
-                name: "OUT".into(),
-                datatype: DataType::Uint8,
-                shape: vec![bytes as i64],
-                data: Bytes::from(vec![1u8; bytes]),
-            }],
-            parameters: Parameters::new(),
-            in_shared_memory: Vec::new(),
-        }
-    }
-
     #[test]
     fn the_same_request_hits_and_a_different_one_misses() {
         let scope = ResponseCache::new(1 << 20).scope();
-        scope.insert(scope.key(&request(b"abc")), response(4));
+        scope.insert(scope.key(&request(b"abc")), uint8_response(vec![1; 4]));
         assert!(scope.get(&scope.key(&request(b"abc"))).is_some());
         assert!(scope.get(&scope.key(&request(b"abd"))).is_none());
         let mut other_output = request(b"abc");
@@ -260,7 +255,7 @@ mod tests {
     fn a_new_scope_does_not_see_an_old_ones_answers_and_dropping_clears_them() {
         let cache = ResponseCache::new(1 << 20);
         let old = cache.scope();
-        old.insert(old.key(&request(b"x")), response(4));
+        old.insert(old.key(&request(b"x")), uint8_response(vec![1; 4]));
         let new = cache.scope();
         assert!(new.get(&new.key(&request(b"x"))).is_none());
         drop(old);
@@ -273,7 +268,7 @@ mod tests {
         let cache = ResponseCache::new(10_000);
         let scope = cache.scope();
         for i in 0..100u8 {
-            scope.insert(scope.key(&request(&[i])), response(1_000));
+            scope.insert(scope.key(&request(&[i])), uint8_response(vec![1; 1_000]));
         }
         cache.entries.run_pending_tasks();
         assert!(cache.entries.weighted_size() <= 10_000);

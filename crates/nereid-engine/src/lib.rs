@@ -28,6 +28,8 @@ mod scheduler;
 pub mod shared_memory;
 mod source;
 pub mod stats;
+#[cfg(test)]
+mod test_support;
 mod validate;
 mod warmup;
 mod watcher;

@@ -2,12 +2,12 @@ use std::io::{Read, Seek, Write};
 
 use bytes::Bytes;
 use nereid_core::{
-    DataType, ErrorKind, InferRequest, InferResponse, InputTensor, Parameter, Parameters,
-    RequestedOutput, Tensor,
+    DataType, ErrorKind, InferRequest, InputTensor, Parameter, Parameters, RequestedOutput,
 };
 use tempfile::NamedTempFile;
 
 use super::*;
+use crate::test_support::uint8_response;
 
 /// A shared memory object of `len` bytes 0, 1, 2, ... and its key.
 fn object(len: usize) -> (NamedTempFile, String) {
@@ -177,22 +177,6 @@ fn unregistering_keeps_the_mapping_of_requests_in_flight() {
     registry.register("r", &key, 0, 8).unwrap();
 }
 
-fn response_with(data: Vec<u8>) -> InferResponse {
-    InferResponse {
-        model_name: "m".into(),
-        model_version: 1,
-        id: String::new(),
-        outputs: vec![Tensor {
-            name: "OUT".into(),
-            datatype: DataType::Uint8,
-            shape: vec![data.len() as i64],
-            data: Bytes::from(data),
-        }],
-        parameters: Parameters::new(),
-        in_shared_memory: Vec::new(),
-    }
-}
-
 fn request_with_output(parameters: Parameters) -> InferRequest {
     InferRequest {
         outputs: vec![RequestedOutput {
@@ -213,7 +197,7 @@ fn outputs_are_written_into_their_region() {
         .unwrap();
     // Unregistered while the request runs: the write still lands.
     registry.unregister("r");
-    let mut response = response_with(vec![0xAA; 8]);
+    let mut response = uint8_response(vec![0xAA; 8]);
     plan.write(&mut response).unwrap();
     assert!(response.outputs[0].data.is_empty());
     assert_eq!(response.in_shared_memory, ["OUT"]);
@@ -233,7 +217,7 @@ fn an_output_larger_than_its_place_is_refused() {
     let plan = registry
         .prepare(&mut request_with_output(place("r", 0, Some(4))))
         .unwrap();
-    let e = plan.write(&mut response_with(vec![1; 8])).unwrap_err();
+    let e = plan.write(&mut uint8_response(vec![1; 8])).unwrap_err();
     assert_eq!(
         message(e),
         "shared memory size specified with the request for output 'OUT' (4 bytes) should be at least 8 bytes to hold the results"
