@@ -94,9 +94,8 @@ impl LoadedVersion {
             batching: config.max_batch_size > 0,
             stats: Arc::clone(&stats),
             failure: Arc::clone(&failure),
-            warmup,
         });
-        start_workers(backend, sources, ctx, &queue_rx)?;
+        start_workers(backend, sources, ctx, warmup, &queue_rx)?;
         let order = batching
             .as_ref()
             .filter(|b| b.preserve_ordering)

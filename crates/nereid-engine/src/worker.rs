@@ -29,18 +29,19 @@ pub struct WorkerContext {
     pub stats: Arc<ModelStats>,
     /// Why the version can serve no more, once an instance says so.
     pub failure: Arc<OnceLock<String>>,
-    /// Run on each instance after it loads, before it takes requests.
-    pub warmup: Vec<WarmupSample>,
 }
 
 /// Starts one worker thread per source; returns once every instance has
-/// loaded, or the first load error (the started threads then exit).
+/// loaded and run the `warmup` samples, or the first error (the started
+/// threads then exit). The samples are freed once every instance ran them.
 pub fn start_workers(
     backend: &Arc<dyn Backend>,
     sources: Vec<ModelSource>,
     ctx: Arc<WorkerContext>,
+    warmup: Vec<WarmupSample>,
     batches: &Receiver<Dispatch<Job>>,
 ) -> Result<(), Error> {
+    let warmup: Arc<[WarmupSample]> = warmup.into();
     let (loaded_tx, loaded_rx) = crossbeam_channel::bounded(sources.len());
     let count = sources.len();
     for source in sources {
@@ -50,11 +51,15 @@ pub fn start_workers(
         );
         let backend = Arc::clone(backend);
         let ctx = Arc::clone(&ctx);
+        let warmup = Arc::clone(&warmup);
         let batches = batches.clone();
         let loaded_tx = loaded_tx.clone();
         thread::Builder::new()
             .name(name)
-            .spawn(move || run_worker(backend.as_ref(), &source, &ctx, &batches, &loaded_tx))
+            .spawn(move || {
+                let instance = prepare(backend.as_ref(), &source, &ctx, warmup);
+                run_worker(instance, &source, &ctx, &batches, &loaded_tx)
+            })
             .map_err(|e| Error::internal(format!("cannot start an instance thread: {e}")))?;
     }
     drop(loaded_tx);
@@ -68,32 +73,43 @@ pub fn start_workers(
     Ok(())
 }
 
-fn run_worker(
+/// Loads an instance and runs the warmup samples on it.
+fn prepare(
     backend: &dyn Backend,
+    source: &ModelSource,
+    ctx: &WorkerContext,
+    warmup: Arc<[WarmupSample]>,
+) -> Result<Box<dyn ModelInstance>, Error> {
+    let prepared = backend
+        .load(source)
+        .map_err(|e| e.to_string())
+        .and_then(|mut instance| {
+            warmup::run(instance.as_mut(), &warmup, ctx.batching, &ctx.stats)
+                .map_err(|e| e.message().to_string())?;
+            Ok(instance)
+        });
+    prepared.map_err(|e| {
+        Error::internal(format!(
+            "failed to load '{}' version {}: {e}",
+            source.model_name, source.version
+        ))
+    })
+}
+
+fn run_worker(
+    instance: Result<Box<dyn ModelInstance>, Error>,
     source: &ModelSource,
     ctx: &WorkerContext,
     batches: &Receiver<Dispatch<Job>>,
     loaded: &Sender<Result<(), Error>>,
 ) {
-    let mut instance = match backend.load(source) {
+    let mut instance = match instance {
         Ok(instance) => instance,
         Err(e) => {
-            let _ = loaded.send(Err(Error::internal(format!(
-                "failed to load '{}' version {}: {e}",
-                source.model_name, source.version
-            ))));
+            let _ = loaded.send(Err(e));
             return;
         }
     };
-    if let Err(e) = warmup::run(instance.as_mut(), &ctx.warmup, ctx.batching, &ctx.stats) {
-        let _ = loaded.send(Err(Error::internal(format!(
-            "failed to load '{}' version {}: {}",
-            source.model_name,
-            source.version,
-            e.message()
-        ))));
-        return;
-    }
     if loaded.send(Ok(())).is_err() {
         return;
     }
