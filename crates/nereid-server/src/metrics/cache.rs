@@ -44,12 +44,13 @@ pub fn render(usage: Option<CacheUsage>, stats: &[VersionStatistics]) -> String 
         return String::new();
     };
     let recorder = PrometheusBuilder::new().build_recorder();
-    let cached = stats
+    let cached: Vec<&VersionStatistics> = stats
         .iter()
-        .filter(|v| v.stats.cache_hit.count + v.stats.cache_miss.count > 0);
-    for v in cached {
-        for (name, help, read) in PER_MODEL {
-            recorder.describe_counter(name.into(), None, help.into());
+        .filter(|v| v.stats.cache_hit.count + v.stats.cache_miss.count > 0)
+        .collect();
+    for (name, help, read) in PER_MODEL {
+        recorder.describe_counter(name.into(), None, help.into());
+        for v in &cached {
             let key = version_key(name, &v.name, v.version);
             recorder
                 .register_counter(&key, &METADATA)
@@ -75,4 +76,23 @@ pub fn render(usage: Option<CacheUsage>, stats: &[VersionStatistics]) -> String 
             .set(value);
     }
     recorder.handle().render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_the_cache_has_not_seen_have_no_series() {
+        let usage = CacheUsage {
+            entries: 3,
+            bytes: 512,
+            capacity: 1024,
+        };
+        let text = render(Some(usage), &[]);
+        assert!(!text.contains("_per_model"), "{text}");
+        assert!(text.contains("nv_cache_num_entries 3"), "{text}");
+        assert!(text.contains("nv_cache_util 0.5"), "{text}");
+        assert!(render(None, &[]).is_empty());
+    }
 }
