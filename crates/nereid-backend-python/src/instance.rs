@@ -331,6 +331,7 @@ impl PythonInstance {
             inputs,
             outputs,
             parameters: bls_parameters(&r["parameters"]),
+            trace: None,
         })
     }
 }

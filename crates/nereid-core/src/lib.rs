@@ -14,6 +14,7 @@ pub mod model_config;
 pub mod request;
 pub mod shared_memory;
 pub mod tensor;
+pub mod trace;
 
 pub use backend::{
     Backend, BackendError, Batch, BatchRequest, Device, InferService, IoSpec, ModelInstance,
@@ -26,3 +27,4 @@ pub use request::{
 };
 pub use shared_memory::SharedMemoryRef;
 pub use tensor::{Shape, Tensor};
+pub use trace::{Activity, TensorActivity, Trace};

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use crate::{DataType, Shape, Tensor};
+use crate::{DataType, Shape, Tensor, Trace};
 
 /// A request, input or output parameter value (KServe v2 `parameters`).
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +67,8 @@ pub struct InferRequest {
     /// Empty means "every output of the model".
     pub outputs: Vec<RequestedOutput>,
     pub parameters: Parameters,
+    /// Set when the request was sampled for tracing.
+    pub trace: Option<Trace>,
 }
 
 /// The answer to one request.

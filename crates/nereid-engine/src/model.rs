@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 
 use nereid_core::model_config::ModelConfig;
 use nereid_core::model_config::model_instance_group::Kind;
-use nereid_core::{Backend, Device, Error, ErrorKind, InferRequest, InferResponse, ModelSource};
+use nereid_core::{
+    Activity, Backend, Device, Error, ErrorKind, InferRequest, InferResponse, ModelSource,
+    TensorActivity,
+};
 use tokio::sync::oneshot;
 
 use nereid_ensemble::{Composer, Pipeline};
@@ -159,8 +162,29 @@ impl LoadedVersion {
     }
 
     /// Validates `request`, queues it and waits for its answer. Dropping the
-    /// returned future abandons the request: a worker skips it.
+    /// returned future abandons the request: a worker skips it. A traced
+    /// request records its start, its inputs and its end here.
     pub async fn infer(&self, request: InferRequest) -> Result<InferResponse, Error> {
+        let Some(trace) = request.trace.clone() else {
+            return self.serve(request).await;
+        };
+        trace.set_model(&self.config.name, self.version, &request.id);
+        trace.record(Activity::RequestStart);
+        for input in &request.inputs {
+            trace.record_tensor(
+                TensorActivity::QueueInput,
+                &input.name,
+                input.datatype,
+                &input.shape,
+                &input.data,
+            );
+        }
+        let result = self.serve(request).await;
+        trace.record(Activity::RequestEnd);
+        result
+    }
+
+    async fn serve(&self, request: InferRequest) -> Result<InferResponse, Error> {
         let enqueued = Instant::now();
         let checked = classify::requested(&request)
             .and_then(|classes| Ok((validate(&self.config, request)?, classes)));
@@ -226,6 +250,9 @@ impl LoadedVersion {
                     .await;
             }
         };
+        if let Some(trace) = &request.request.trace {
+            trace.record(Activity::QueueStart);
+        }
         let (reply, answer) = oneshot::channel();
         let ticket = order.as_ref().map(ResponseOrder::ticket);
         let submitted = Job::new(request, reply, Arc::clone(&self.stats), ticket)
@@ -256,6 +283,9 @@ impl LoadedVersion {
         enqueued: Instant,
     ) -> Result<InferResponse, Error> {
         let batch_size = request.batch_size;
+        if let Some(trace) = &request.request.trace {
+            trace.record(Activity::QueueStart);
+        }
         let result = pipeline.run(request.request, composer).await;
         match &result {
             Ok(_) => {

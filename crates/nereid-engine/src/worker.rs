@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 use nereid_core::{
-    Backend, BackendError, BatchRequest, Error, InferResponse, ModelInstance, ModelSource,
-    Parameters, RequestWise, Tensor,
+    Activity, Backend, BackendError, BatchRequest, Error, InferResponse, ModelInstance,
+    ModelSource, Parameters, RequestWise, Tensor, TensorActivity,
 };
 use nereid_scheduler::{Dispatch, Pending, SlotPermit};
 
@@ -157,17 +157,23 @@ fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, dispatch: Di
         infer: executed - gathered,
         output: executed.elapsed(),
     };
+    let stamps = ComputeStamps {
+        started,
+        inputs_ready: gathered,
+        executed,
+    };
     match outputs {
         Ok(per_request) => {
             let inferences = jobs.iter().map(|j| j.request.batch_size).sum();
             ctx.stats.record_execution(inferences, times);
             for (job, outputs) in jobs.into_iter().zip(per_request) {
-                answer(ctx, job, Ok(outputs), started, times);
+                answer(ctx, job, Ok(outputs), stamps, times);
             }
         }
         Err(e) => {
             tracing::warn!(model = %ctx.model_name, version = ctx.version, error = %e, "execution failed");
             for job in jobs {
+                stamps.record(&job, &[]);
                 ctx.stats
                     .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
                 job.answer(Err(e.clone()));
@@ -215,6 +221,12 @@ fn run_requests(
     };
     let inferences = jobs.iter().map(|j| j.request.batch_size).sum();
     ctx.stats.record_execution(inferences, times);
+    // A request-wise instance has no separate input stage.
+    let stamps = ComputeStamps {
+        started,
+        inputs_ready: started,
+        executed,
+    };
     for (job, result) in jobs.into_iter().zip(results) {
         let outputs = result
             .map_err(|e| match e {
@@ -222,18 +234,51 @@ fn run_requests(
                 other => Error::internal(other.to_string()),
             })
             .and_then(|outputs| pick(&job.request.outputs, outputs));
-        answer(ctx, job, outputs, started, times);
+        answer(ctx, job, outputs, stamps, times);
     }
 }
 
-/// Answers one job of a batch that started at `started`, counting it.
+/// When a batch's compute stages happened, for the traces of its requests.
+#[derive(Debug, Clone, Copy)]
+struct ComputeStamps {
+    started: Instant,
+    inputs_ready: Instant,
+    executed: Instant,
+}
+
+impl ComputeStamps {
+    /// Records the compute stages, and the outputs at the TENSORS level,
+    /// on the job's trace; the compute ends now.
+    fn record(&self, job: &Job, outputs: &[Tensor]) {
+        let Some(trace) = &job.request.request.trace else {
+            return;
+        };
+        trace.record_at(Activity::ComputeStart, self.started);
+        trace.record_at(Activity::ComputeInputEnd, self.inputs_ready);
+        trace.record_at(Activity::ComputeOutputStart, self.executed);
+        for output in outputs {
+            trace.record_tensor(
+                TensorActivity::BackendOutput,
+                &output.name,
+                output.datatype,
+                &output.shape,
+                &output.data,
+            );
+        }
+        trace.record(Activity::ComputeEnd);
+    }
+}
+
+/// Answers one job of a batch, counting it.
 fn answer(
     ctx: &WorkerContext,
     job: Job,
     outputs: Result<Vec<Tensor>, Error>,
-    started: Instant,
+    stamps: ComputeStamps,
     times: ComputeTimes,
 ) {
+    stamps.record(&job, outputs.as_deref().unwrap_or_default());
+    let started = stamps.started;
     match outputs {
         Ok(outputs) => {
             ctx.stats

@@ -12,7 +12,7 @@ use std::pin::Pin;
 use futures::stream::{FuturesUnordered, StreamExt};
 use nereid_core::model_config::ModelConfig;
 use nereid_core::{Error, ErrorKind, InferRequest, InferResponse, InputTensor, RequestedOutput};
-use nereid_core::{Parameters, Tensor};
+use nereid_core::{Parameters, Tensor, Trace};
 
 /// The answer of one composing model.
 pub type StepFuture = Pin<Box<dyn Future<Output = Result<InferResponse, Error>> + Send>>;
@@ -168,6 +168,8 @@ impl Pipeline {
             inputs,
             outputs,
             parameters: request.parameters.clone(),
+            // Each step is traced as a child of the ensemble's request.
+            trace: request.trace.as_ref().map(Trace::child),
         }
     }
 

@@ -18,4 +18,5 @@ pub const EXTENSIONS: &[&str] = &[
     "classification",
     "system_shared_memory",
     "logging",
+    "trace",
 ];

@@ -17,6 +17,7 @@ mod metrics;
 mod model_control;
 mod server;
 mod shared_memory;
+pub mod trace;
 
 pub use metrics::MetricsOptions;
 pub use server::{RunningServer, ServerConfig, start};

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::backends::{EngineService, backends};
 use crate::logging::LogControl;
 use crate::metrics::MetricsOptions;
+use crate::trace::{TraceOptions, Tracer};
 use anyhow::Context;
 use nereid_engine::{Engine, EngineOptions, LoadFailure, ModelControl};
 use tokio::net::TcpListener;
@@ -35,12 +36,15 @@ pub struct ServerConfig {
     pub python: PathBuf,
     /// The log settings `/v2/logging` and `LogSettings` read and change.
     pub logging: LogControl,
+    /// Request tracing as the `--trace-config` flags ask for it.
+    pub trace: TraceOptions,
 }
 
 /// A started server; drop it or call [`RunningServer::shutdown`] to stop.
 #[derive(Debug)]
 pub struct RunningServer {
     engine: Engine,
+    tracer: Tracer,
     http_addr: Option<SocketAddr>,
     grpc_addr: Option<SocketAddr>,
     metrics_addr: Option<SocketAddr>,
@@ -66,6 +70,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             runtime: tokio::runtime::Handle::current(),
         }));
     }
+    let tracer = Tracer::new(config.trace.clone())?;
     let (stop, stopped) = watch::channel(false);
     let mut frontends = Vec::new();
     let http_addr = match config.http {
@@ -75,6 +80,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             frontends.push(tokio::spawn(crate::http::serve(
                 engine.clone(),
                 config.logging.clone(),
+                tracer.clone(),
                 listener,
                 signal(&stopped),
             )));
@@ -89,6 +95,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             frontends.push(tokio::spawn(crate::grpc::serve(
                 engine.clone(),
                 config.logging.clone(),
+                tracer.clone(),
                 listener,
                 signal(&stopped),
             )));
@@ -123,6 +130,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     });
     Ok(RunningServer {
         engine,
+        tracer,
         http_addr,
         grpc_addr,
         metrics_addr,
@@ -203,7 +211,9 @@ impl RunningServer {
         let _ = self.stop.send(true);
         let frontends = std::mem::take(&mut self.frontends);
         let all = futures::future::join_all(frontends);
-        match tokio::time::timeout(self.exit_timeout, all).await {
+        let finished = tokio::time::timeout(self.exit_timeout, all).await;
+        self.tracer.close();
+        match finished {
             Ok(results) => {
                 for result in results {
                     result.context("a frontend task panicked")??;

@@ -31,6 +31,7 @@ async fn start() -> (RunningServer, String) {
         onnxruntime_library: std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from),
         python: PathBuf::from("python3"),
         logging: Default::default(),
+        trace: Default::default(),
     };
     let mut server = nereid_server::start(config).await.unwrap();
     server.wait_loaded().await.unwrap();

@@ -59,6 +59,7 @@ pub fn decode_infer_request(request: ModelInferRequest) -> Result<InferRequest, 
         inputs,
         outputs,
         parameters,
+        trace: None,
     })
 }
 

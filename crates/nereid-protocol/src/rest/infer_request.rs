@@ -112,6 +112,7 @@ pub fn decode_infer_request(
         inputs,
         outputs,
         parameters,
+        trace: None,
     };
     Ok(DecodedRequest { request, encoding })
 }

@@ -13,8 +13,10 @@ use crate::logging::{LogFormat, LogSettings};
 use crate::server::ServerConfig;
 
 mod settings;
+mod trace;
 
 use settings::{metrics_options, python_path, response_cache_bytes};
+use trace::{OldTraceFlags, trace_options};
 
 /// Nereid: a Triton-compatible inference server.
 #[derive(Debug, Parser)]
@@ -163,6 +165,19 @@ pub struct Args {
     /// spelling of `--cache-config local,size=BYTES`).
     #[arg(long, value_name = "BYTES")]
     pub response_cache_byte_size: Option<u64>,
+
+    /// A trace setting, as tritonserver takes them; repeat for several:
+    /// `level=OFF|TIMESTAMPS|TENSORS` (repeat to add), `rate=N` (every
+    /// N-th request), `count=N` (-1: no limit), `mode=triton|opentelemetry`,
+    /// `triton,file=PATH`, `triton,log-frequency=N`, `opentelemetry,url=URL`,
+    /// `opentelemetry,resource=KEY=VALUE`, `opentelemetry,bsp_max_queue_size=N`,
+    /// `opentelemetry,bsp_schedule_delay=MS`,
+    /// `opentelemetry,bsp_max_export_batch_size=N`.
+    #[arg(long = "trace-config", value_name = "[MODE,]KEY=VALUE")]
+    pub trace_config: Vec<String>,
+
+    #[command(flatten)]
+    pub deprecated_trace: OldTraceFlags,
 }
 
 /// `--model-control-mode` values, as tritonserver spells them.
@@ -250,6 +265,7 @@ impl Args {
             onnxruntime_library: self.onnxruntime_library,
             python: python_path(&self.backend_config)?,
             logging: Default::default(),
+            trace: trace_options(&self.trace_config, &self.deprecated_trace)?,
         })
     }
 }

@@ -9,6 +9,7 @@ mod logging;
 mod service;
 mod shared_memory;
 mod stream;
+mod trace;
 
 use anyhow::Context;
 use nereid_engine::Engine;
@@ -21,6 +22,7 @@ use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
 use crate::logging::LogControl;
+use crate::trace::Tracer;
 use health::HealthService;
 use service::InferenceService;
 
@@ -34,6 +36,7 @@ const MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
 pub async fn serve(
     engine: Engine,
     log: LogControl,
+    tracer: Tracer,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -45,9 +48,13 @@ pub async fn serve(
     // TcpIncoming rather than a bare TcpListenerStream, for TCP_NODELAY:
     // small unary calls would otherwise wait on Nagle and delayed ACKs.
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let stamps = tower::ServiceBuilder::new()
+        .map_request(trace::stamp_arrival)
+        .map_response(trace::trace_send);
     Server::builder()
         .http2_adaptive_window(Some(true))
-        .add_service(inference_server(engine.clone(), log, stop.clone()))
+        .layer(stamps)
+        .add_service(inference_server(engine.clone(), log, tracer, stop.clone()))
         .add_service(health_server(engine, stop))
         .serve_with_incoming_shutdown(incoming, signal)
         .await
@@ -61,9 +68,10 @@ pub async fn serve(
 fn inference_server(
     engine: Engine,
     log: LogControl,
+    tracer: Tracer,
     stop: watch::Receiver<bool>,
 ) -> GrpcInferenceServiceServer<InferenceService> {
-    GrpcInferenceServiceServer::new(InferenceService::new(engine, log, stop))
+    GrpcInferenceServiceServer::new(InferenceService::new(engine, log, tracer, stop))
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Deflate)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)

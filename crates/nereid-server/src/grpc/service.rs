@@ -5,7 +5,7 @@
 use std::pin::Pin;
 
 use futures::Stream;
-use nereid_core::Error;
+use nereid_core::{Activity, Error};
 use nereid_engine::{Engine, VersionStatistics};
 use nereid_protocol::grpc as wire;
 use nereid_protocol::inference::grpc_inference_service_server::GrpcInferenceService;
@@ -13,9 +13,11 @@ use nereid_protocol::inference::*;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::trace::{Arrived, SendTraced, traceparent};
 use super::{convert, shared_memory, stream};
 use crate::error::grpc_status;
 use crate::logging::LogControl;
+use crate::trace::Tracer;
 use crate::{info, model_control};
 
 /// The inference service: the engine, and the shutdown signal that ends
@@ -23,12 +25,23 @@ use crate::{info, model_control};
 pub struct InferenceService {
     engine: Engine,
     log: LogControl,
+    tracer: Tracer,
     stop: watch::Receiver<bool>,
 }
 
 impl InferenceService {
-    pub fn new(engine: Engine, log: LogControl, stop: watch::Receiver<bool>) -> InferenceService {
-        InferenceService { engine, log, stop }
+    pub fn new(
+        engine: Engine,
+        log: LogControl,
+        tracer: Tracer,
+        stop: watch::Receiver<bool>,
+    ) -> InferenceService {
+        InferenceService {
+            engine,
+            log,
+            tracer,
+            stop,
+        }
     }
 }
 
@@ -37,12 +50,6 @@ type Rpc<T> = Result<Response<T>, Status>;
 /// Converts a core result into a gRPC answer.
 fn answer<T>(result: Result<T, Error>) -> Rpc<T> {
     result.map(Response::new).map_err(|e| grpc_status(&e))
-}
-
-fn not_implemented<T>(extension: &str) -> Rpc<T> {
-    answer(Err(Error::unsupported(format!(
-        "the {extension} extension is not implemented yet"
-    ))))
 }
 
 #[tonic::async_trait]
@@ -97,7 +104,19 @@ impl GrpcInferenceService for InferenceService {
     /// drops this future and with it the engine's, which abandons the
     /// request: nothing here is spawned detached.
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Rpc<ModelInferResponse> {
-        answer(stream::infer(&self.engine, request.into_inner()).await)
+        let model = &request.get_ref().model_name;
+        let Some(trace) = self.tracer.sample(model, traceparent(request.metadata())) else {
+            return answer(stream::infer(&self.engine, request.into_inner(), None).await);
+        };
+        if let Some(Arrived(at)) = request.extensions().get::<Arrived>() {
+            trace.record_at(Activity::GrpcWaitreadStart, *at);
+        }
+        trace.record(Activity::GrpcWaitreadEnd);
+        let result = stream::infer(&self.engine, request.into_inner(), Some(trace.clone())).await;
+        trace.record(Activity::GrpcSendStart);
+        let mut response = answer(result)?;
+        response.extensions_mut().insert(SendTraced(trace));
+        Ok(response)
     }
 
     type ModelStreamInferStream =
@@ -107,7 +126,12 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<Streaming<ModelInferRequest>>,
     ) -> Rpc<Self::ModelStreamInferStream> {
-        let answers = stream::answers(self.engine.clone(), request.into_inner(), self.stop.clone());
+        let answers = stream::answers(
+            self.engine.clone(),
+            self.tracer.clone(),
+            request,
+            self.stop.clone(),
+        );
         answer(Ok(Box::pin(answers) as Self::ModelStreamInferStream))
     }
 
@@ -224,8 +248,15 @@ impl GrpcInferenceService for InferenceService {
         answer(Ok(CudaSharedMemoryUnregisterResponse {}))
     }
 
-    async fn trace_setting(&self, _: Request<TraceSettingRequest>) -> Rpc<TraceSettingResponse> {
-        not_implemented("trace")
+    async fn trace_setting(
+        &self,
+        request: Request<TraceSettingRequest>,
+    ) -> Rpc<TraceSettingResponse> {
+        answer(super::trace::trace_setting(
+            &self.engine,
+            &self.tracer,
+            request.into_inner(),
+        ))
     }
 
     async fn log_settings(&self, request: Request<LogSettingsRequest>) -> Rpc<LogSettingsResponse> {

@@ -9,6 +9,7 @@ mod model;
 mod repository;
 mod server;
 mod shared_memory;
+mod trace;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -23,29 +24,29 @@ use tower_http::compression::CompressionLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 
 use crate::logging::LogControl;
+use crate::trace::Tracer;
 
 /// Largest request body accepted, as tritonserver's default
 /// `--http-max-input-size` (64 MiB).
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
 /// Builds the HTTP application; tests call it without a socket.
-pub fn router(engine: Engine, log: LogControl) -> Router {
+pub fn router(engine: Engine, log: LogControl, tracer: Tracer) -> Router {
+    let infer_state = infer::InferState {
+        engine: engine.clone(),
+        tracer: tracer.clone(),
+    };
     let model_routes = Router::new()
         .route("/", get(model::metadata))
         .route("/ready", get(model::ready))
         .route("/config", get(model::config))
         .route("/stats", get(model::stats))
-        .route("/infer", post(infer::infer))
-        .route("/trace/setting", get(trace_not_built).post(trace_not_built));
+        .route("/infer", post(infer::infer).with_state(infer_state));
     Router::new()
         .route("/v2", get(server::metadata))
         .route("/v2/health/live", get(server::live))
         .route("/v2/health/ready", get(server::ready))
         .route("/v2/models/stats", get(model::all_stats))
-        .route(
-            "/v2/trace/setting",
-            get(trace_not_built).post(trace_not_built),
-        )
         .route("/v2/repository/index", post(repository::index))
         .route("/v2/repository/models/{model}/load", post(repository::load))
         .route(
@@ -53,6 +54,7 @@ pub fn router(engine: Engine, log: LogControl) -> Router {
             post(repository::unload),
         )
         .merge(logging::routes(log))
+        .merge(trace::routes(engine.clone(), tracer))
         .nest("/v2/models/{model}", model_routes.clone())
         .nest("/v2/models/{model}/versions/{version}", model_routes)
         .merge(shared_memory::routes())
@@ -69,6 +71,7 @@ pub fn router(engine: Engine, log: LogControl) -> Router {
 pub async fn serve(
     engine: Engine,
     log: LogControl,
+    tracer: Tracer,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -78,7 +81,7 @@ pub async fn serve(
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
     });
-    axum::serve(listener, router(engine, log))
+    axum::serve(listener, router(engine, log, tracer))
         .with_graceful_shutdown(shutdown)
         .await?;
     Ok(())
@@ -109,15 +112,6 @@ pub fn error_response(status: StatusCode, message: &str) -> Response {
 /// A JSON body that is already encoded.
 pub fn json_response(body: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-/// `/v2/trace/setting`, global and per model: named, so that a client
-/// learns the extension is missing rather than that the path is wrong.
-async fn trace_not_built() -> Response {
-    ApiError(Error::unsupported(
-        "the trace extension is not implemented yet",
-    ))
-    .into_response()
 }
 
 async fn not_found() -> Response {
