@@ -174,13 +174,6 @@ def test_raw_size_mismatch(stub):
     assert "byte size mismatch" in err.value.details()
 
 
-def test_unimplemented_rpcs_say_so(stub):
-    with pytest.raises(grpc.RpcError) as err:
-        stub.TraceSetting(service_pb2.TraceSettingRequest())
-    assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert "not implemented" in err.value.details()
-
-
 def test_load_outside_explicit_mode_answers_as_triton(stub):
     with pytest.raises(grpc.RpcError) as err:
         stub.RepositoryModelLoad(service_pb2.RepositoryModelLoadRequest(model_name="simple"))

@@ -114,9 +114,8 @@ def test_load_outside_explicit_mode_answers_as_triton(server):
     assert r.json()["error"] == "explicit model load / unload is not allowed if polling is enabled"
 
 
-@pytest.mark.parametrize("path", ["/v2/trace/setting", "/v2/models/simple/trace/setting"])
-def test_trace_settings_say_the_extension_is_missing(server, path):
-    for method in (requests.get, requests.post):
-        r = method(f"{server.base}{path}", json={})
-        assert r.status_code == 501, r.text
-        assert r.json() == {"error": "the trace extension is not implemented yet"}
+def test_trace_settings_have_no_per_version_path(server):
+    # Triton routes trace settings per model only.
+    r = requests.get(f"{server.base}/v2/models/simple/versions/1/trace/setting")
+    assert r.status_code == 404
+    assert requests.get(f"{server.base}/v2/models/simple/trace/setting").status_code == 200
