@@ -742,43 +742,38 @@ def test_trace_ids_are_unique_across_the_run(traced):
 
 # === OpenTelemetry ===========================================================
 
-@pytest.fixture(scope="module")
-def otel(tmp_path_factory):
-    """Every request traced, exported to a local receiver, default resource."""
-    tmp = tmp_path_factory.mktemp("otel")
+def otel_server(tmp, models, scheme, *settings):
+    """A server exporting to a fresh local receiver, stopped (and the
+    receiver closed) when the generator ends."""
     receiver = Receiver()
-    url = f"http://127.0.0.1:{receiver.port}/v1/traces"
-    s = start_server(tmp, [repository(tmp, ["simple", "preprocess", "mlp", "mlp_pipeline"])],
-                     trace_config("mode=opentelemetry", f"opentelemetry,url={url}", "rate=1",
-                                  "level=TIMESTAMPS", "opentelemetry,bsp_schedule_delay=100"))
+    url = f"{scheme}127.0.0.1:{receiver.port}/v1/traces"
+    s = start_server(tmp, [repository(tmp, models)],
+                     trace_config("mode=opentelemetry", f"opentelemetry,url={url}",
+                                  "level=TIMESTAMPS", "opentelemetry,bsp_schedule_delay=100", *settings))
     s.receiver, s.url = receiver, url
-    yield s
     try:
+        yield s
         assert stop_server(s) == 0, s.log()
     finally:
         receiver.close()
+
+
+@pytest.fixture(scope="module")
+def otel(tmp_path_factory):
+    """Every request traced, exported to a local receiver, default resource."""
+    yield from otel_server(tmp_path_factory.mktemp("otel"), ["simple", "preprocess", "mlp", "mlp_pipeline"],
+                           "http://", "rate=1")
 
 
 @pytest.fixture(scope="module")
 def otel_sampled(tmp_path_factory):
     """Rate 1000 (only propagated contexts are traced), a url without
     `http://`, resource attributes and batch settings from the flags."""
-    tmp = tmp_path_factory.mktemp("otel_sampled")
-    receiver = Receiver()
-    url = f"127.0.0.1:{receiver.port}/v1/traces"
-    s = start_server(tmp, [repository(tmp, ["simple"])],
-                     trace_config("mode=opentelemetry", f"opentelemetry,url={url}", "rate=1000",
-                                  "level=TIMESTAMPS", "opentelemetry,bsp_schedule_delay=100",
-                                  "opentelemetry,bsp_max_queue_size=64",
-                                  "opentelemetry,bsp_max_export_batch_size=32",
-                                  "opentelemetry,resource=service.name=nereid-test",
-                                  "opentelemetry,resource=test.key=test.value"))
-    s.receiver, s.url = receiver, url
-    yield s
-    try:
-        assert stop_server(s) == 0, s.log()
-    finally:
-        receiver.close()
+    yield from otel_server(tmp_path_factory.mktemp("otel_sampled"), ["simple"], "", "rate=1000",
+                           "opentelemetry,bsp_max_queue_size=64",
+                           "opentelemetry,bsp_max_export_batch_size=32",
+                           "opentelemetry,resource=service.name=nereid-test",
+                           "opentelemetry,resource=test.key=test.value")
 
 
 def test_opentelemetry_settings(otel, otel_sampled):

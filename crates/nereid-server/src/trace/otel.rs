@@ -140,18 +140,15 @@ impl OtelExport {
             }
             None => Context::new(),
         };
-        let frontend: Vec<(Activity, u64)> =
-            stamps(record).filter(|(a, _)| a.is_frontend()).collect();
         let (start, end) = span_bounds(record);
-        let mut root = self
-            .tracer
-            .span_builder("InferRequest")
-            .with_kind(SpanKind::Server)
-            .with_start_time(self.time(start))
-            .start_with_context(&self.tracer, &parent);
-        for (activity, ns) in frontend {
-            root.add_event_with_timestamp(activity.name(), self.time(ns), Vec::new());
-        }
+        let root = self.span(
+            "InferRequest".into(),
+            start,
+            Vec::new(),
+            &parent,
+            record,
+            Activity::is_frontend,
+        );
         let root_cx = parent.with_span(root);
         self.model_spans(record, &root_cx);
         root_cx.span().end_with_timestamp(self.time(end));
@@ -166,51 +163,42 @@ impl OtelExport {
         let Some(start) = record.timestamp(Activity::RequestStart) else {
             return;
         };
-        let mut span = self
-            .tracer
-            .span_builder(model.clone())
-            .with_kind(SpanKind::Server)
-            .with_start_time(self.time(start))
-            .with_attributes([
-                KeyValue::new("triton.model_name", model.clone()),
-                KeyValue::new("triton.model_version", *version),
-                KeyValue::new("triton.trace_id", record.id as i64),
-                KeyValue::new(
-                    "triton.trace_parent_id",
-                    record.parent_id.unwrap_or(0) as i64,
-                ),
-            ])
-            .start_with_context(&self.tracer, parent);
-        for (activity, ns) in stamps(record) {
-            if matches!(
-                activity,
-                Activity::RequestStart | Activity::QueueStart | Activity::RequestEnd
-            ) {
-                span.add_event_with_timestamp(activity.name(), self.time(ns), Vec::new());
-            }
-        }
+        let attributes = vec![
+            KeyValue::new("triton.model_name", model.clone()),
+            KeyValue::new("triton.model_version", *version),
+            KeyValue::new("triton.trace_id", record.id as i64),
+            KeyValue::new(
+                "triton.trace_parent_id",
+                record.parent_id.unwrap_or(0) as i64,
+            ),
+        ];
+        const REQUEST: &[Activity] = &[
+            Activity::RequestStart,
+            Activity::QueueStart,
+            Activity::RequestEnd,
+        ];
+        let span = self.span(model.clone(), start, attributes, parent, record, |a| {
+            REQUEST.contains(&a)
+        });
         let end = record
             .timestamp(Activity::RequestEnd)
             .unwrap_or_else(|| span_bounds(record).1);
         let cx = parent.with_span(span);
         if let Some(compute_start) = record.timestamp(Activity::ComputeStart) {
-            let mut compute = self
-                .tracer
-                .span_builder("compute")
-                .with_kind(SpanKind::Server)
-                .with_start_time(self.time(compute_start))
-                .start_with_context(&self.tracer, &cx);
-            for (activity, ns) in stamps(record) {
-                if matches!(
-                    activity,
-                    Activity::ComputeStart
-                        | Activity::ComputeInputEnd
-                        | Activity::ComputeOutputStart
-                        | Activity::ComputeEnd
-                ) {
-                    compute.add_event_with_timestamp(activity.name(), self.time(ns), Vec::new());
-                }
-            }
+            const COMPUTE: &[Activity] = &[
+                Activity::ComputeStart,
+                Activity::ComputeInputEnd,
+                Activity::ComputeOutputStart,
+                Activity::ComputeEnd,
+            ];
+            let mut compute = self.span(
+                "compute".into(),
+                compute_start,
+                Vec::new(),
+                &cx,
+                record,
+                |a| COMPUTE.contains(&a),
+            );
             let compute_end = record.timestamp(Activity::ComputeEnd).unwrap_or(end);
             compute.end_with_timestamp(self.time(compute_end));
         }
@@ -218,6 +206,30 @@ impl OtelExport {
             self.model_spans(child, &cx);
         }
         cx.span().end_with_timestamp(self.time(end));
+    }
+
+    /// A server span under `parent` from `start`, with the record's
+    /// timestamps of the activities it `keeps` as events.
+    fn span(
+        &self,
+        name: String,
+        start: u64,
+        attributes: Vec<KeyValue>,
+        parent: &Context,
+        record: &TraceRecord,
+        keeps: impl Fn(Activity) -> bool,
+    ) -> opentelemetry_sdk::trace::Span {
+        let mut span = self
+            .tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Server)
+            .with_start_time(self.time(start))
+            .with_attributes(attributes)
+            .start_with_context(&self.tracer, parent);
+        for (activity, ns) in stamps(record).filter(|(a, _)| keeps(*a)) {
+            span.add_event_with_timestamp(activity.name(), self.time(ns), Vec::new());
+        }
+        span
     }
 
     /// Sends the spans still queued and stops the exporter.
