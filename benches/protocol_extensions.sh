@@ -6,7 +6,9 @@
 #    over HTTP and gRPC at c1 and c8;
 #  - the response cache: the example MLP with `response_cache` (every
 #    request the same, so all but the first are hits) against the same MLP
-#    without, gRPC c1.
+#    without, gRPC c1;
+#  - the trace extension: the uncached MLP again with every request traced
+#    (TIMESTAMPS, rate 1, written 1000 traces per file), HTTP and gRPC c1.
 # Prints a markdown table for docs/benchmarks.md ("Protocol extensions").
 #
 #   benches/protocol_extensions.sh     # after `make setup-test` and `make release`
@@ -30,7 +32,8 @@ export ORT_DYLIB_PATH=${ORT_DYLIB_PATH:-$(scripts/ort-path.sh)}
 read -r http grpc metrics <<<"$(free_ports)"
 "$nereid_bin" --model-repository "$work/repo" --http-port "$http" --grpc-port "$grpc" \
   --metrics-port "$metrics" --http-address 127.0.0.1 --grpc-address 127.0.0.1 \
-  --metrics-address 127.0.0.1 --cache-config local,size=67108864 >"$work/nereid.log" 2>&1 &
+  --metrics-address 127.0.0.1 --cache-config local,size=67108864 \
+  --trace-config "triton,file=$work/trace.json" >"$work/nereid.log" 2>&1 &
 pid=$!
 wait_ready "$pid" "http://127.0.0.1:$http/v2/health/ready" "$work/nereid.log" nereid
 
@@ -66,6 +69,14 @@ for protocol in http grpc; do
 done
 measure "mlp, response cache (hits)" mlp_cached grpc 1 --input-data zero
 measure "mlp, no cache" mlp_uncached grpc 1 --input-data zero
+measure "mlp, not traced" mlp_uncached http 1 --input-data zero
+curl -sf -X POST "http://127.0.0.1:$http/v2/models/mlp_uncached/trace/setting" \
+  -d '{"trace_level":["TIMESTAMPS"],"trace_rate":"1","log_frequency":"1000"}' >/dev/null
+for protocol in http grpc; do
+  measure "mlp, every request traced" mlp_uncached "$protocol" 1 --input-data zero
+done
+traces=$(cat "$work"/trace.json.* 2>/dev/null | grep -o '"model_name"' | wc -l)
+log "trace files: $(ls "$work" | grep -c '^trace.json.') holding $traces traces"
 curl -s "http://127.0.0.1:$http/v2/models/mlp_cached/stats" | python3 -c '
 import json, sys
 s = json.load(sys.stdin)["model_stats"][0]["inference_stats"]

@@ -58,7 +58,7 @@ pub fn start_workers(
             .name(name)
             .spawn(move || {
                 let instance = prepare(backend.as_ref(), &source, &ctx, warmup);
-                run_worker(instance, &source, &ctx, &batches, &loaded_tx)
+                run_worker(backend.as_ref(), instance, &source, &ctx, &batches, &loaded_tx)
             })
             .map_err(|e| Error::internal(format!("cannot start an instance thread: {e}")))?;
     }
@@ -97,6 +97,7 @@ fn prepare(
 }
 
 fn run_worker(
+    backend: &dyn Backend,
     instance: Result<Box<dyn ModelInstance>, Error>,
     source: &ModelSource,
     ctx: &WorkerContext,
@@ -104,7 +105,7 @@ fn run_worker(
     loaded: &Sender<Result<(), Error>>,
 ) {
     let mut instance = match instance {
-        Ok(instance) => instance,
+        Ok(instance) => Some(instance),
         Err(e) => {
             let _ = loaded.send(Err(e));
             return;
@@ -115,9 +116,19 @@ fn run_worker(
     }
     tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance ready");
     while let Ok(dispatch) = batches.recv() {
-        run_batch(instance.as_mut(), ctx, dispatch);
+        let Some(serving) = instance.as_mut() else {
+            // The instance could not be restarted: the version is
+            // UNAVAILABLE; what was already queued gets the reason.
+            let reason = ctx.failure.get().cloned().unwrap_or_default();
+            fail_dispatch(ctx, dispatch, &Error::unavailable(reason));
+            continue;
+        };
+        if let Outcome::Panicked = run_batch(serving.as_mut(), ctx, dispatch) {
+            instance = restart(backend, source, ctx);
+            continue;
+        }
         if ctx.failure.get().is_none()
-            && let Some(reason) = instance.failure()
+            && let Some(reason) = serving.failure()
         {
             tracing::error!(model = %source.model_name, version = source.version, instance = source.instance_index, %reason, "the instance can serve no more; the version is UNAVAILABLE until it is loaded again");
             let _ = ctx.failure.set(reason);
@@ -126,14 +137,76 @@ fn run_worker(
     tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance stopped");
 }
 
-fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, dispatch: Dispatch<Job>) {
+/// Loads a fresh instance in place of one that panicked; when that fails
+/// the version is UNAVAILABLE with the reason.
+fn restart(
+    backend: &dyn Backend,
+    source: &ModelSource,
+    ctx: &WorkerContext,
+) -> Option<Box<dyn ModelInstance>> {
+    match backend.load(source) {
+        Ok(instance) => {
+            tracing::warn!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance restarted after a panic");
+            Some(instance)
+        }
+        Err(e) => {
+            let reason = format!(
+                "instance {} of '{}' version {} panicked and could not be restarted: {e}",
+                source.instance_index, source.model_name, source.version
+            );
+            tracing::error!(%reason, "the version is UNAVAILABLE until it is loaded again");
+            let _ = ctx.failure.set(reason);
+            None
+        }
+    }
+}
+
+/// Answers every job of a dispatch with `error`.
+fn fail_dispatch(ctx: &WorkerContext, dispatch: Dispatch<Job>, error: &Error) {
+    for job in dispatch.items {
+        ctx.stats
+            .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
+        job.answer(Err(error.clone()));
+    }
+}
+
+/// How a batch went for the instance.
+enum Outcome {
+    Ran,
+    /// The backend panicked: its requests failed and the instance is not
+    /// trusted any more.
+    Panicked,
+}
+
+/// Runs `f` on the instance, turning a panic into an error naming the
+/// model.
+fn guarded<T>(ctx: &WorkerContext, f: impl FnOnce() -> T) -> Result<T, Error> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        tracing::error!(model = %ctx.model_name, version = ctx.version, panic = %what, "the backend panicked; failing its batch and restarting the instance");
+        Error::internal(format!(
+            "model '{}' version {} panicked: {what}",
+            ctx.model_name, ctx.version
+        ))
+    })
+}
+
+fn run_batch(
+    instance: &mut dyn ModelInstance,
+    ctx: &WorkerContext,
+    dispatch: Dispatch<Job>,
+) -> Outcome {
     let Dispatch { items, permit } = dispatch;
     let (mut jobs, abandoned): (Vec<Job>, Vec<Job>) =
         items.into_iter().partition(|j| !j.is_abandoned());
     abandoned.into_iter().for_each(Pending::cancel);
     jobs.iter_mut().for_each(Job::start);
     if jobs.is_empty() {
-        return;
+        return Outcome::Ran;
     }
     if let Some(request_wise) = instance.as_request_wise() {
         return run_requests(request_wise, ctx, jobs, permit);
@@ -142,9 +215,10 @@ fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, dispatch: Di
     let requests: Vec<&ValidatedRequest> = jobs.iter().map(|j| &j.request).collect();
     let batch = gather(&requests, ctx.batching);
     let gathered = Instant::now();
-    let result = instance
-        .execute(&batch)
-        .map_err(|e| Error::internal(e.to_string()));
+    let mut outcome = Outcome::Ran;
+    let result = guarded(ctx, || instance.execute(&batch))
+        .inspect_err(|_| outcome = Outcome::Panicked)
+        .and_then(|r| r.map_err(|e| Error::internal(e.to_string())));
     drop(batch);
     // The instance is free again: the batcher may send it the next batch
     // while this one is answered, and a client's next request, sent on
@@ -180,6 +254,7 @@ fn run_batch(instance: &mut dyn ModelInstance, ctx: &WorkerContext, dispatch: Di
             }
         }
     }
+    outcome
 }
 
 /// Runs a batch on a request-wise instance: each request gets its own
@@ -189,7 +264,7 @@ fn run_requests(
     ctx: &WorkerContext,
     jobs: Vec<Job>,
     permit: Option<SlotPermit>,
-) {
+) -> Outcome {
     let started = Instant::now();
     let cancelled: Vec<_> = jobs.iter().map(|j| move || j.is_abandoned()).collect();
     let requests: Vec<BatchRequest<'_>> = jobs
@@ -201,7 +276,17 @@ fn run_requests(
             cancelled,
         })
         .collect();
-    let mut results = instance.execute_requests(&requests);
+    let mut outcome = Outcome::Ran;
+    let mut results = match guarded(ctx, || instance.execute_requests(&requests)) {
+        Ok(results) => results,
+        Err(e) => {
+            outcome = Outcome::Panicked;
+            requests
+                .iter()
+                .map(|_| Err(BackendError::Request(e.clone())))
+                .collect()
+        }
+    };
     drop(requests);
     drop(permit);
     let executed = Instant::now();
@@ -236,6 +321,7 @@ fn run_requests(
             .and_then(|outputs| pick(&job.request.outputs, outputs));
         answer(ctx, job, outputs, stamps, times);
     }
+    outcome
 }
 
 /// When a batch's compute stages happened, for the traces of its requests.

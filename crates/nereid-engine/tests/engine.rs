@@ -108,3 +108,52 @@ async fn an_abandoned_request_never_runs() {
     );
     assert_eq!(stats.cancelled, 1);
 }
+
+#[tokio::test]
+async fn a_panicking_backend_fails_its_batch_and_the_instance_restarts() {
+    let root = tempfile::tempdir().unwrap();
+    write_model(root.path(), "faulty", CONFIG, "panicky");
+    write_model(root.path(), "other", CONFIG, "identity");
+    let (engine, controls) = engine(root.path());
+    let err = engine
+        .infer(request("faulty", &[666, 1]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Internal);
+    assert!(
+        err.message()
+            .contains("model 'faulty' version 1 panicked: injected fault: 666"),
+        "{}",
+        err.message()
+    );
+    // The instance was replaced: the next request is served, and the other
+    // model never noticed.
+    let ok = engine.infer(request("faulty", &[1, 2])).await.unwrap();
+    assert_eq!(common::first_output(&ok), 1);
+    assert!(engine.infer(request("other", &[3, 4])).await.is_ok());
+    assert_eq!(controls.live.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let stats = engine.statistics(Some("faulty"), None).unwrap();
+    assert_eq!(stats[0].stats.fail.count, 1);
+}
+
+#[tokio::test]
+async fn an_instance_that_cannot_restart_makes_the_version_unavailable() {
+    let root = tempfile::tempdir().unwrap();
+    write_model(root.path(), "faulty", CONFIG, "panicky");
+    let (engine, _controls) = engine(root.path());
+    // The restart after the panic reads the model file again: now broken.
+    std::fs::write(root.path().join("faulty/1/model.fake"), "panicky broken").unwrap();
+    assert!(engine.infer(request("faulty", &[666, 1])).await.is_err());
+    let row = engine
+        .index()
+        .into_iter()
+        .find(|r| r.name == "faulty")
+        .unwrap();
+    assert_eq!(row.state, Some(ModelState::Unavailable));
+    assert!(
+        row.reason.contains("panicked and could not be restarted"),
+        "{}",
+        row.reason
+    );
+    assert!(engine.infer(request("faulty", &[1, 2])).await.is_err());
+}

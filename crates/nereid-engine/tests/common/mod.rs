@@ -4,7 +4,9 @@
 //! to every element (so a swapped model answers differently), `slow`
 //! makes the load take 200 ms, `requestwise` makes the instance take
 //! batches request by request (failing a request whose first value is
-//! negative, and counting its executions in `Controls::request_wise_calls`).
+//! negative, and counting its executions in `Controls::request_wise_calls`),
+//! `panicky` makes an execution whose first value is 666 panic (a faulty
+//! backend).
 
 #![allow(dead_code, reason = "each test binary uses part of the helpers")]
 
@@ -32,6 +34,7 @@ pub struct FakeBackend {
 struct FakeInstance {
     request_wise: Option<Arc<parking_lot::Mutex<Vec<usize>>>>,
     gated: bool,
+    panicky: bool,
     offset: i32,
     gate: crossbeam_channel::Receiver<()>,
     started: crossbeam_channel::Sender<()>,
@@ -82,6 +85,7 @@ impl Backend for FakeBackend {
                 .contains("requestwise")
                 .then(|| Arc::clone(&self.request_wise_calls)),
             gated: text.contains("gate"),
+            panicky: text.contains("panicky"),
             offset,
             gate: self.gate.clone(),
             started: self.started.clone(),
@@ -105,6 +109,9 @@ impl ModelInstance for FakeInstance {
             let _ = self.gate.recv_timeout(Duration::from_secs(10));
         }
         let input = &batch.inputs[0];
+        if self.panicky && input.data.starts_with(&666i32.to_le_bytes()) {
+            panic!("injected fault: 666");
+        }
         let data: Vec<u8> = input
             .data
             .chunks_exact(4)
