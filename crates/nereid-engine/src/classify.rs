@@ -29,7 +29,13 @@ impl Labels {
             .iter()
             .filter(|o| !o.label_filename.is_empty())
         {
-            let path = model_dir.join(&output.label_filename);
+            let path =
+                nereid_repository::inside(model_dir, &output.label_filename).map_err(|e| {
+                    Error::invalid_argument(format!(
+                        "label file of output '{}' of model '{}': {e}",
+                        output.name, config.name
+                    ))
+                })?;
             let text = std::fs::read_to_string(&path).map_err(|e| {
                 Error::invalid_argument(format!(
                     "unable to read label file '{}' of output '{}' of model '{}': {e}",

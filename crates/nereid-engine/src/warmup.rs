@@ -4,7 +4,7 @@
 //! is ready, as Triton does. A sample that cannot be built or that fails
 //! fails the load with the reason.
 
-use std::path::{Component, Path};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -122,15 +122,14 @@ fn warmup_input(
 
 /// Reads `warmup/<file>` of the model; the name may not leave that folder.
 fn read_warmup_file(model_dir: &Path, file: &str) -> Result<Bytes, Error> {
-    let inside = Path::new(file)
-        .components()
-        .all(|c| matches!(c, Component::Normal(_)));
-    if !inside {
-        return Err(Error::invalid_argument(format!(
-            "warmup input_data_file '{file}' must name a file inside the model's '{WARMUP_FOLDER}' folder"
-        )));
-    }
-    let path = model_dir.join(WARMUP_FOLDER).join(file);
+    // The name may not leave warmup/, nor warmup/ (a link) the model folder.
+    let path = nereid_repository::inside(&model_dir.join(WARMUP_FOLDER), file)
+        .and_then(|_| nereid_repository::inside(model_dir, &format!("{WARMUP_FOLDER}/{file}")))
+        .map_err(|e| {
+        Error::invalid_argument(format!(
+            "warmup input_data_file must name a file inside the model's '{WARMUP_FOLDER}' folder: {e}"
+        ))
+    })?;
     std::fs::read(&path).map(Bytes::from).map_err(|e| {
         Error::invalid_argument(format!(
             "unable to read warmup data file '{}': {e}",

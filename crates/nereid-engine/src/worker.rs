@@ -58,7 +58,14 @@ pub fn start_workers(
             .name(name)
             .spawn(move || {
                 let instance = prepare(backend.as_ref(), &source, &ctx, warmup);
-                run_worker(backend.as_ref(), instance, &source, &ctx, &batches, &loaded_tx)
+                run_worker(
+                    backend.as_ref(),
+                    instance,
+                    &source,
+                    &ctx,
+                    &batches,
+                    &loaded_tx,
+                )
             })
             .map_err(|e| Error::internal(format!("cannot start an instance thread: {e}")))?;
     }

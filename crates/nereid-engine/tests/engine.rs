@@ -144,12 +144,20 @@ async fn an_instance_that_cannot_restart_makes_the_version_unavailable() {
     // The restart after the panic reads the model file again: now broken.
     std::fs::write(root.path().join("faulty/1/model.fake"), "panicky broken").unwrap();
     assert!(engine.infer(request("faulty", &[666, 1])).await.is_err());
-    let row = engine
-        .index()
-        .into_iter()
-        .find(|r| r.name == "faulty")
-        .unwrap();
-    assert_eq!(row.state, Some(ModelState::Unavailable));
+    // The restart is tried once the failed batch has been answered.
+    let row = || {
+        engine
+            .index()
+            .into_iter()
+            .find(|r| r.name == "faulty")
+            .unwrap()
+    };
+    let unavailable = common::eventually(Duration::from_secs(10), || {
+        row().state == Some(ModelState::Unavailable)
+    })
+    .await;
+    assert!(unavailable, "{:?}", row());
+    let row = row();
     assert!(
         row.reason.contains("panicked and could not be restarted"),
         "{}",

@@ -261,6 +261,10 @@ pub enum ModelError {
         version: i64,
         path: PathBuf,
     },
+    /// A file the config names would be read from outside the model's
+    /// folder.
+    #[error("model '{model}': {reason}")]
+    OutsideModel { model: String, reason: String },
 }
 
 fn paths_list(paths: &[PathBuf]) -> String {

@@ -13,6 +13,7 @@
 
 mod autofill;
 mod backend_select;
+mod confine;
 mod error;
 mod fingerprint;
 mod normalize;
@@ -23,6 +24,7 @@ mod validate;
 mod versions;
 
 pub use autofill::DEFAULT_MAX_BATCH_SIZE;
+pub use confine::inside;
 pub use error::{
     ConfigError, ConfigParseError, IoProblem, ModelError, RepositoryError, TensorKind,
 };

@@ -263,11 +263,7 @@ impl Repository {
                 model: config.name.clone(),
             });
         };
-        Ok(model_path(
-            model_dir,
-            newest,
-            &config.default_model_filename,
-        ))
+        model_path(model_dir, newest, config)
     }
 
     fn version_paths(
@@ -289,7 +285,7 @@ impl Repository {
         selected
             .into_iter()
             .map(|version| {
-                let model_path = model_path(model_dir, version, &config.default_model_filename);
+                let model_path = model_path(model_dir, version, config)?;
                 if !model_path.exists() {
                     // Triton fails the whole load when any selected version fails.
                     return Err(ModelError::MissingModelFile {
@@ -320,11 +316,19 @@ fn check_unique(entry: &ModelEntry) -> Result<(), ModelError> {
     })
 }
 
-fn model_path(model_dir: &Path, version: i64, filename: &str) -> PathBuf {
-    let dir = model_dir.join(version.to_string());
-    if filename.is_empty() {
-        dir
-    } else {
-        dir.join(filename)
-    }
+/// The version's model file (or folder), which must stay inside the
+/// model's folder.
+fn model_path(model_dir: &Path, version: i64, config: &ModelConfig) -> Result<PathBuf, ModelError> {
+    let version_dir = version.to_string();
+    let checked = match config.default_model_filename.as_str() {
+        "" => crate::confine::inside(model_dir, &version_dir),
+        // The name may not leave the version folder, nor the version
+        // folder (a link) the model's.
+        file => crate::confine::inside(&model_dir.join(&version_dir), file)
+            .and_then(|_| crate::confine::inside(model_dir, &format!("{version_dir}/{file}"))),
+    };
+    checked.map_err(|reason| ModelError::OutsideModel {
+        model: config.name.clone(),
+        reason,
+    })
 }

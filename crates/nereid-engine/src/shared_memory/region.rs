@@ -13,6 +13,7 @@
 use std::fs::{File, OpenOptions};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -51,9 +52,11 @@ impl Region {
             key: status.key.clone(),
             source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
         })?;
+        // As shm_open: a symbolic link in /dev/shm is not followed.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
             .open(&path)
             .map_err(|source| SharedMemoryError::Open {
                 key: status.key.clone(),
