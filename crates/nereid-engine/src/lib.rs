@@ -37,7 +37,7 @@ mod worker;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use nereid_core::model_config::ModelConfig;
 use nereid_core::{Backend, Error, InferRequest, InferResponse};
@@ -91,6 +91,8 @@ struct Inner {
     links: Mutex<ensemble::Links>,
     started: AtomicBool,
     stopping: AtomicBool,
+    /// Requests accepted by [`Engine::infer`] and not yet answered.
+    in_flight: AtomicUsize,
 }
 
 impl std::fmt::Debug for Engine {
@@ -130,6 +132,7 @@ impl Engine {
                 links: Mutex::new(ensemble::Links::default()),
                 started: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
+                in_flight: AtomicUsize::new(0),
             }),
         }
     }
@@ -260,6 +263,11 @@ impl Engine {
 
     /// Marks the server as shutting down: readiness turns false and the
     /// repository is no longer followed.
+    /// Requests accepted and not yet answered (BLS calls included).
+    pub fn in_flight(&self) -> usize {
+        self.inner.in_flight.load(Ordering::SeqCst)
+    }
+
     pub fn begin_shutdown(&self) {
         self.inner.stopping.store(true, Ordering::SeqCst);
         drop(self.inner.watcher.lock().take());
@@ -296,10 +304,22 @@ impl Engine {
     /// Runs one inference on the model and version the request names.
     /// Inputs and outputs placed in shared memory are read from and
     /// written to their registered regions.
-    pub async fn infer(&self, mut request: InferRequest) -> Result<InferResponse, Error> {
+    pub async fn infer(&self, request: InferRequest) -> Result<InferResponse, Error> {
         if self.inner.stopping.load(Ordering::SeqCst) {
             return Err(Error::unavailable("the server is shutting down"));
         }
+        self.infer_accepted(request).await
+    }
+
+    /// Runs a request that a request already accepted makes (a Python
+    /// model's BLS call): served while the server drains, so that the
+    /// request making it can finish.
+    pub async fn infer_nested(&self, request: InferRequest) -> Result<InferResponse, Error> {
+        self.infer_accepted(request).await
+    }
+
+    async fn infer_accepted(&self, mut request: InferRequest) -> Result<InferResponse, Error> {
+        let _counted = InFlight::enter(&self.inner.in_flight);
         let model = self.model(&request.model_name, request.model_version)?;
         let plan = self.inner.shared_memory.prepare(&mut request)?;
         let mut response = model.infer(request).await?;
@@ -383,5 +403,22 @@ impl Engine {
         drop(registry);
         rows.sort_by(|a, b| a.name.cmp(&b.name));
         rows
+    }
+}
+
+/// Counts a request as in flight until dropped (answered, failed or
+/// abandoned).
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn enter(counter: &'a AtomicUsize) -> InFlight<'a> {
+        counter.fetch_add(1, Ordering::SeqCst);
+        InFlight(counter)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -53,7 +53,7 @@ pub(crate) struct EngineService {
 
 impl InferService for EngineService {
     fn infer_blocking(&self, request: InferRequest) -> Result<InferResponse, Error> {
-        self.runtime.block_on(self.engine.infer(request))
+        self.runtime.block_on(self.engine.infer_nested(request))
     }
 }
 

@@ -204,14 +204,34 @@ impl RunningServer {
         Ok(())
     }
 
-    /// Stops accepting connections, lets in-flight requests finish within
-    /// the exit timeout, then returns.
+    /// Drains, then stops: the server turns not ready at once and answers
+    /// new requests UNAVAILABLE (503) while the requests it accepted
+    /// finish, within the exit timeout; then the endpoints close (open
+    /// streams end once their answers are sent) and the trace file is
+    /// written.
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
         self.engine.begin_shutdown();
+        let deadline = tokio::time::Instant::now() + self.exit_timeout;
+        let accepted = self.engine.in_flight();
+        tracing::info!(
+            in_flight = accepted,
+            "draining: not ready, new requests are refused, waiting for {accepted} accepted requests"
+        );
+        while self.engine.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let left = self.engine.in_flight();
+        if left > 0 {
+            tracing::warn!(in_flight = left, timeout = ?self.exit_timeout, "{left} requests did not finish before the exit timeout");
+        } else {
+            tracing::info!(
+                "every accepted request was answered ({accepted} at the start of the drain)"
+            );
+        }
         let _ = self.stop.send(true);
         let frontends = std::mem::take(&mut self.frontends);
         let all = futures::future::join_all(frontends);
-        let finished = tokio::time::timeout(self.exit_timeout, all).await;
+        let finished = tokio::time::timeout_at(deadline, all).await;
         self.tracer.close();
         match finished {
             Ok(results) => {
@@ -221,7 +241,7 @@ impl RunningServer {
                 Ok(())
             }
             Err(_) => {
-                tracing::warn!(timeout = ?self.exit_timeout, "in-flight requests did not finish before the exit timeout");
+                tracing::warn!(timeout = ?self.exit_timeout, "connections were still open at the exit timeout");
                 Ok(())
             }
         }
