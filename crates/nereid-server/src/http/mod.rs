@@ -20,6 +20,7 @@ use axum::serve::ListenerExt;
 use nereid_core::Error;
 use nereid_engine::Engine;
 use tokio::net::TcpListener;
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 
@@ -60,6 +61,7 @@ pub fn router(engine: Engine, log: LogControl, tracer: Tracer) -> Router {
         .merge(shared_memory::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(CatchPanicLayer::custom(panic_response))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(RequestDecompressionLayer::new())
         .layer(CompressionLayer::new())
@@ -114,6 +116,21 @@ pub fn json_response(body: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
+/// A handler that panicked answers 500 naming the request's path; the
+/// connection and the server go on.
+fn panic_response(panic: Box<dyn std::any::Any + Send>) -> Response {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into());
+    tracing::error!(panic = %what, "an HTTP request handler panicked");
+    error_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        &format!("internal error: the request handler panicked: {what}"),
+    )
+}
+
 async fn not_found() -> Response {
     error_response(StatusCode::NOT_FOUND, "Not Found")
 }
@@ -161,4 +178,36 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ModelPath {
 
 fn not_found_response() -> Response {
     error_response(StatusCode::NOT_FOUND, "Not Found")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt;
+
+    async fn boom() -> &'static str {
+        panic!("injected fault")
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_and_the_router_serves_on() {
+        let app = Router::new()
+            .route("/boom", get(boom))
+            .route("/fine", get(|| async { "fine" }))
+            .layer(CatchPanicLayer::custom(panic_response));
+        let get = |path: &str| {
+            axum::http::Request::get(path)
+                .body(axum::body::Body::empty())
+                .unwrap()
+        };
+        let boom = app.clone().oneshot(get("/boom")).await.unwrap();
+        assert_eq!(boom.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(boom.into_body(), 1024).await.unwrap();
+        assert!(
+            String::from_utf8_lossy(&body).contains("panicked: injected fault"),
+            "{body:?}"
+        );
+        let fine = app.oneshot(get("/fine")).await.unwrap();
+        assert_eq!(fine.status(), StatusCode::OK);
+    }
 }
