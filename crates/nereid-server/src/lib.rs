@@ -12,6 +12,7 @@ mod error;
 mod grpc;
 mod http;
 pub mod info;
+mod limits;
 pub mod logging;
 mod metrics;
 mod model_control;
@@ -19,5 +20,6 @@ mod server;
 mod shared_memory;
 pub mod trace;
 
+pub use limits::Limits;
 pub use metrics::MetricsOptions;
 pub use server::{RunningServer, ServerConfig, start};

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backends::{EngineService, backends};
+use crate::limits::{ConnectionLimit, Limits};
 use crate::logging::LogControl;
 use crate::metrics::MetricsOptions;
 use crate::trace::{TraceOptions, Tracer};
@@ -38,6 +39,8 @@ pub struct ServerConfig {
     pub logging: LogControl,
     /// Request tracing as the `--trace-config` flags ask for it.
     pub trace: TraceOptions,
+    /// What one client may take (sizes, time, streams, connections).
+    pub limits: Limits,
 }
 
 /// A started server; drop it or call [`RunningServer::shutdown`] to stop.
@@ -45,6 +48,8 @@ pub struct ServerConfig {
 pub struct RunningServer {
     engine: Engine,
     tracer: Tracer,
+    /// Open connections of the HTTP and gRPC endpoints.
+    connections: [ConnectionLimit; 2],
     http_addr: Option<SocketAddr>,
     grpc_addr: Option<SocketAddr>,
     metrics_addr: Option<SocketAddr>,
@@ -71,6 +76,10 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         }));
     }
     let tracer = Tracer::new(config.trace.clone())?;
+    let connections = [
+        ConnectionLimit::new(config.limits.http_max_connections),
+        ConnectionLimit::new(config.limits.grpc_max_connections),
+    ];
     let (stop, stopped) = watch::channel(false);
     let mut frontends = Vec::new();
     let http_addr = match config.http {
@@ -81,6 +90,8 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
                 engine.clone(),
                 config.logging.clone(),
                 tracer.clone(),
+                config.limits.clone(),
+                connections[0].clone(),
                 listener,
                 signal(&stopped),
             )));
@@ -96,6 +107,8 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
                 engine.clone(),
                 config.logging.clone(),
                 tracer.clone(),
+                config.limits.clone(),
+                connections[1].clone(),
                 listener,
                 signal(&stopped),
             )));
@@ -131,6 +144,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     Ok(RunningServer {
         engine,
         tracer,
+        connections,
         http_addr,
         grpc_addr,
         metrics_addr,
@@ -213,9 +227,12 @@ impl RunningServer {
         self.engine.begin_shutdown();
         let deadline = tokio::time::Instant::now() + self.exit_timeout;
         let accepted = self.engine.in_flight();
+        let [http, grpc] = self.connections.each_ref().map(ConnectionLimit::open);
         tracing::info!(
             in_flight = accepted,
-            "draining: not ready, new requests are refused, waiting for {accepted} accepted requests"
+            http_connections = http,
+            grpc_connections = grpc,
+            "draining: not ready, new requests are refused, waiting for {accepted} accepted requests ({http} HTTP and {grpc} gRPC connections open)"
         );
         while self.engine.in_flight() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -241,7 +258,8 @@ impl RunningServer {
                 Ok(())
             }
             Err(_) => {
-                tracing::warn!(timeout = ?self.exit_timeout, "connections were still open at the exit timeout");
+                let [http, grpc] = self.connections.each_ref().map(ConnectionLimit::open);
+                tracing::warn!(timeout = ?self.exit_timeout, "{http} HTTP and {grpc} gRPC connections were still open at the exit timeout");
                 Ok(())
             }
         }

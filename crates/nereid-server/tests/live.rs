@@ -32,6 +32,7 @@ async fn start() -> (RunningServer, String) {
         python: PathBuf::from("python3"),
         logging: Default::default(),
         trace: Default::default(),
+        limits: Default::default(),
     };
     let mut server = nereid_server::start(config).await.unwrap();
     server.wait_loaded().await.unwrap();

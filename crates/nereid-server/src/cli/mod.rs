@@ -12,9 +12,11 @@ use nereid_engine::{ControlMode, EngineOptions, ModelControl};
 use crate::logging::{LogFormat, LogSettings};
 use crate::server::ServerConfig;
 
+mod limits;
 mod settings;
 mod trace;
 
+use limits::LimitFlags;
 use settings::{metrics_options, python_path, response_cache_bytes};
 use trace::{OldTraceFlags, trace_options};
 
@@ -178,6 +180,9 @@ pub struct Args {
 
     #[command(flatten)]
     pub deprecated_trace: OldTraceFlags,
+
+    #[command(flatten)]
+    pub limits: LimitFlags,
 }
 
 /// `--model-control-mode` values, as tritonserver spells them.
@@ -266,6 +271,7 @@ impl Args {
             python: python_path(&self.backend_config)?,
             logging: Default::default(),
             trace: trace_options(&self.trace_config, &self.deprecated_trace)?,
+            limits: self.limits.limits(),
         })
     }
 }

@@ -21,13 +21,15 @@ use tonic::codec::CompressionEncoding;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
+use crate::limits::{ConnectionLimit, Limits};
 use crate::logging::LogControl;
 use crate::trace::Tracer;
 use health::HealthService;
 use service::InferenceService;
 
-/// Largest message received or sent: Triton's INT32_MAX.
-const MAX_MESSAGE_BYTES: usize = i32::MAX as usize;
+/// Largest message sent: Triton's INT32_MAX (what is received is
+/// `--grpc-max-message-size`).
+const MAX_SENT_BYTES: usize = i32::MAX as usize;
 
 /// Serves gRPC on `listener` until `shutdown` completes, then lets
 /// in-flight calls finish. Long-lived streams (`ModelStreamInfer`, health
@@ -37,6 +39,8 @@ pub async fn serve(
     engine: Engine,
     log: LogControl,
     tracer: Tracer,
+    limits: Limits,
+    connections: ConnectionLimit,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -47,14 +51,22 @@ pub async fn serve(
     };
     // TcpIncoming rather than a bare TcpListenerStream, for TCP_NODELAY:
     // small unary calls would otherwise wait on Nagle and delayed ACKs.
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let incoming = connections.limit(TcpIncoming::from(listener).with_nodelay(Some(true)));
     let stamps = tower::ServiceBuilder::new()
         .map_request(trace::stamp_arrival)
         .map_response(trace::trace_send);
     Server::builder()
         .http2_adaptive_window(Some(true))
+        .max_concurrent_streams(Some(limits.grpc_max_concurrent_streams))
+        .http2_max_header_list_size(Some(limits.grpc_max_header_list_bytes))
         .layer(stamps)
-        .add_service(inference_server(engine.clone(), log, tracer, stop.clone()))
+        .add_service(inference_server(
+            engine.clone(),
+            log,
+            tracer,
+            &limits,
+            stop.clone(),
+        ))
         .add_service(health_server(engine, stop))
         .serve_with_incoming_shutdown(incoming, signal)
         .await
@@ -69,13 +81,14 @@ fn inference_server(
     engine: Engine,
     log: LogControl,
     tracer: Tracer,
+    limits: &Limits,
     stop: watch::Receiver<bool>,
 ) -> GrpcInferenceServiceServer<InferenceService> {
     GrpcInferenceServiceServer::new(InferenceService::new(engine, log, tracer, stop))
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Deflate)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        .max_decoding_message_size(limits.grpc_max_message_bytes)
+        .max_encoding_message_size(MAX_SENT_BYTES)
 }
 
 fn health_server(engine: Engine, stop: watch::Receiver<bool>) -> HealthServer<HealthService> {

@@ -16,23 +16,20 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use nereid_core::Error;
 use nereid_engine::Engine;
 use tokio::net::TcpListener;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 use tower_http::decompression::RequestDecompressionLayer;
+use tower_http::timeout::TimeoutBody;
 
+use crate::limits::{ConnectionLimit, Limits};
 use crate::logging::LogControl;
 use crate::trace::Tracer;
 
-/// Largest request body accepted, as tritonserver's default
-/// `--http-max-input-size` (64 MiB).
-const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
-
 /// Builds the HTTP application; tests call it without a socket.
-pub fn router(engine: Engine, log: LogControl, tracer: Tracer) -> Router {
+pub fn router(engine: Engine, log: LogControl, tracer: Tracer, limits: &Limits) -> Router {
     let infer_state = infer::InferState {
         engine: engine.clone(),
         tracer: tracer.clone(),
@@ -62,31 +59,46 @@ pub fn router(engine: Engine, log: LogControl, tracer: Tracer) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(CatchPanicLayer::custom(panic_response))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // The limit holds for the body after decompression: the
+        // decompression layer is outside it.
+        .layer(DefaultBodyLimit::max(limits.http_max_input_bytes))
+        .layer(body_timeout(limits.http_read_timeout))
         .layer(RequestDecompressionLayer::new())
         .layer(CompressionLayer::new())
         .with_state(engine)
 }
 
 /// Serves the HTTP frontend on `listener` until `shutdown` completes, then
-/// lets in-flight requests finish.
+/// lets in-flight requests finish. Connections beyond the limit wait.
 pub async fn serve(
     engine: Engine,
     log: LogControl,
     tracer: Tracer,
+    limits: Limits,
+    connections: ConnectionLimit,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    // Small responses must not wait for Nagle's algorithm.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    axum::serve(listener, router(engine, log, tracer))
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    // The listener sets TCP_NODELAY: small responses must not wait for
+    // Nagle's algorithm.
+    axum::serve(
+        connections.accept_from(listener),
+        router(engine, log, tracer, &limits),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await?;
     Ok(())
+}
+
+/// Fails a request whose body stops arriving for `timeout` (a slow or
+/// stalled client), so that it cannot hold its connection for ever.
+fn body_timeout(
+    timeout: std::time::Duration,
+) -> tower::util::MapRequestLayer<impl Fn(axum::extract::Request) -> axum::extract::Request + Clone>
+{
+    tower::util::MapRequestLayer::new(move |request: axum::extract::Request| {
+        request.map(|body| axum::body::Body::new(TimeoutBody::new(timeout, body)))
+    })
 }
 
 /// An error as the HTTP frontend answers it.
