@@ -47,7 +47,8 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
 
-def start_server(tmp_path: Path, repositories: list[Path], extra: list[str] | None = None) -> Server:
+def start_server(tmp_path: Path, repositories: list[Path], extra: list[str] | None = None,
+                 ready_headers: dict[str, str] | None = None) -> Server:
     binary = os.environ.get("NEREID_BIN", str(REPO_ROOT / "target/debug/nereid"))
     ports = [free_port() for _ in range(3)]
     log_path = tmp_path / "nereid.log"
@@ -71,7 +72,8 @@ def start_server(tmp_path: Path, repositories: list[Path], extra: list[str] | No
         if process.poll() is not None:
             raise RuntimeError(f"nereid exited with {process.returncode}:\n{server.log()}")
         try:
-            if requests.get(f"{server.base}/v2/health/ready", timeout=1).status_code == 200:
+            if requests.get(f"{server.base}/v2/health/ready", headers=ready_headers,
+                            timeout=1).status_code == 200:
                 return server
         except requests.ConnectionError:
             pass

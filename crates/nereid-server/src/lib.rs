@@ -16,10 +16,11 @@ mod limits;
 pub mod logging;
 mod metrics;
 mod model_control;
+pub mod restricted;
 mod server;
 mod shared_memory;
 pub mod trace;
 
 pub use limits::Limits;
 pub use metrics::MetricsOptions;
-pub use server::{RunningServer, ServerConfig, start};
+pub use server::{RestrictedApis, RunningServer, ServerConfig, start};

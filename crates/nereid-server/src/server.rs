@@ -10,6 +10,7 @@ use crate::backends::{EngineService, backends};
 use crate::limits::{ConnectionLimit, Limits};
 use crate::logging::LogControl;
 use crate::metrics::MetricsOptions;
+use crate::restricted::Restrictions;
 use crate::trace::{TraceOptions, Tracer};
 use anyhow::Context;
 use nereid_engine::{Engine, EngineOptions, LoadFailure, ModelControl};
@@ -41,6 +42,26 @@ pub struct ServerConfig {
     pub trace: TraceOptions,
     /// What one client may take (sizes, time, streams, connections).
     pub limits: Limits,
+    /// API groups that need a header (`--http-restricted-api`,
+    /// `--grpc-restricted-protocol`).
+    pub restricted: RestrictedApis,
+}
+
+/// The restricted API groups of each endpoint.
+#[derive(Debug, Clone, Default)]
+pub struct RestrictedApis {
+    pub http: Restrictions,
+    pub grpc: Restrictions,
+}
+
+/// What the HTTP and gRPC frontends serve with.
+#[derive(Debug, Clone)]
+pub(crate) struct Frontend {
+    pub engine: Engine,
+    pub log: LogControl,
+    pub tracer: Tracer,
+    pub limits: Limits,
+    pub restrictions: Restrictions,
 }
 
 /// A started server; drop it or call [`RunningServer::shutdown`] to stop.
@@ -80,6 +101,13 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         ConnectionLimit::new(config.limits.http_max_connections),
         ConnectionLimit::new(config.limits.grpc_max_connections),
     ];
+    let frontend = |restrictions| Frontend {
+        engine: engine.clone(),
+        log: config.logging.clone(),
+        tracer: tracer.clone(),
+        limits: config.limits.clone(),
+        restrictions,
+    };
     let (stop, stopped) = watch::channel(false);
     let mut frontends = Vec::new();
     let http_addr = match config.http {
@@ -87,10 +115,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             let listener = bind(addr, "HTTP").await?;
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::http::serve(
-                engine.clone(),
-                config.logging.clone(),
-                tracer.clone(),
-                config.limits.clone(),
+                frontend(config.restricted.http.clone()),
                 connections[0].clone(),
                 listener,
                 signal(&stopped),
@@ -104,10 +129,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             let listener = bind(addr, "gRPC").await?;
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::grpc::serve(
-                engine.clone(),
-                config.logging.clone(),
-                tracer.clone(),
-                config.limits.clone(),
+                frontend(config.restricted.grpc.clone()),
                 connections[1].clone(),
                 listener,
                 signal(&stopped),

@@ -13,10 +13,12 @@ use crate::logging::{LogFormat, LogSettings};
 use crate::server::ServerConfig;
 
 mod limits;
+mod restricted;
 mod settings;
 mod trace;
 
 use limits::LimitFlags;
+use restricted::RestrictedFlags;
 use settings::{metrics_options, python_path, response_cache_bytes};
 use trace::{OldTraceFlags, trace_options};
 
@@ -183,6 +185,9 @@ pub struct Args {
 
     #[command(flatten)]
     pub limits: LimitFlags,
+
+    #[command(flatten)]
+    pub restricted: RestrictedFlags,
 }
 
 /// `--model-control-mode` values, as tritonserver spells them.
@@ -272,6 +277,7 @@ impl Args {
             logging: Default::default(),
             trace: trace_options(&self.trace_config, &self.deprecated_trace)?,
             limits: self.limits.limits(),
+            restricted: self.restricted.restricted_apis()?,
         })
     }
 }

@@ -23,6 +23,8 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::limits::{ConnectionLimit, Limits};
 use crate::logging::LogControl;
+use crate::restricted::{ApiGroup, Endpoint, RestrictLayer, refusal};
+use crate::server::Frontend;
 use crate::trace::Tracer;
 use health::HealthService;
 use service::InferenceService;
@@ -35,15 +37,19 @@ const MAX_SENT_BYTES: usize = i32::MAX as usize;
 /// in-flight calls finish. Long-lived streams (`ModelStreamInfer`, health
 /// `Watch`) end at shutdown once their pending answers are sent, so that
 /// the graceful drain does not wait on clients that never hang up.
-pub async fn serve(
-    engine: Engine,
-    log: LogControl,
-    tracer: Tracer,
-    limits: Limits,
+pub(crate) async fn serve(
+    frontend: Frontend,
     connections: ConnectionLimit,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let Frontend {
+        engine,
+        log,
+        tracer,
+        limits,
+        restrictions,
+    } = frontend;
     let (stopping, stop) = watch::channel(false);
     let signal = async move {
         shutdown.await;
@@ -60,6 +66,11 @@ pub async fn serve(
         .max_concurrent_streams(Some(limits.grpc_max_concurrent_streams))
         .http2_max_header_list_size(Some(limits.grpc_max_header_list_bytes))
         .layer(stamps)
+        .layer(RestrictLayer::new(
+            restrictions,
+            ApiGroup::of_grpc_path,
+            refused,
+        ))
         .add_service(inference_server(
             engine.clone(),
             log,
@@ -89,6 +100,11 @@ fn inference_server(
         .accept_compressed(CompressionEncoding::Deflate)
         .max_decoding_message_size(limits.grpc_max_message_bytes)
         .max_encoding_message_size(MAX_SENT_BYTES)
+}
+
+/// Triton answers a restricted protocol without its header UNAVAILABLE.
+fn refused(header: &str) -> http::Response<tonic::body::Body> {
+    tonic::Status::unavailable(refusal(Endpoint::Grpc, header)).into_http()
 }
 
 fn health_server(engine: Engine, stop: watch::Receiver<bool>) -> HealthServer<HealthService> {

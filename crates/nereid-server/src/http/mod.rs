@@ -26,10 +26,18 @@ use tower_http::timeout::TimeoutBody;
 
 use crate::limits::{ConnectionLimit, Limits};
 use crate::logging::LogControl;
+use crate::restricted::{ApiGroup, Endpoint, RestrictLayer, Restrictions, refusal};
+use crate::server::Frontend;
 use crate::trace::Tracer;
 
 /// Builds the HTTP application; tests call it without a socket.
-pub fn router(engine: Engine, log: LogControl, tracer: Tracer, limits: &Limits) -> Router {
+pub fn router(
+    engine: Engine,
+    log: LogControl,
+    tracer: Tracer,
+    limits: &Limits,
+    restrictions: Restrictions,
+) -> Router {
     let infer_state = infer::InferState {
         engine: engine.clone(),
         tracer: tracer.clone(),
@@ -65,16 +73,24 @@ pub fn router(engine: Engine, log: LogControl, tracer: Tracer, limits: &Limits) 
         .layer(body_timeout(limits.http_read_timeout))
         .layer(RequestDecompressionLayer::new())
         .layer(CompressionLayer::new())
+        // Outermost: a refused request is answered before its body is read.
+        .layer(RestrictLayer::new(
+            restrictions,
+            ApiGroup::of_http_path,
+            refused,
+        ))
         .with_state(engine)
+}
+
+/// Triton answers a restricted API without its header 403.
+fn refused(header: &str) -> Response {
+    error_response(StatusCode::FORBIDDEN, &refusal(Endpoint::Http, header))
 }
 
 /// Serves the HTTP frontend on `listener` until `shutdown` completes, then
 /// lets in-flight requests finish. Connections beyond the limit wait.
-pub async fn serve(
-    engine: Engine,
-    log: LogControl,
-    tracer: Tracer,
-    limits: Limits,
+pub(crate) async fn serve(
+    frontend: Frontend,
     connections: ConnectionLimit,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -83,7 +99,13 @@ pub async fn serve(
     // Nagle's algorithm.
     axum::serve(
         connections.accept_from(listener),
-        router(engine, log, tracer, &limits),
+        router(
+            frontend.engine,
+            frontend.log,
+            frontend.tracer,
+            &frontend.limits,
+            frontend.restrictions,
+        ),
     )
     .with_graceful_shutdown(shutdown)
     .await?;
