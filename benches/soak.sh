@@ -49,7 +49,8 @@ client() {
         NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i }
         NR == 2 { printf "%d,%s,%s,%d,%d,ok\n", t, m, p, $col["Inferences/Second"], $col["p99 latency"] }' "$csv"
     else
-      echo "$(($(date +%s) - start)),$model,$protocol,0,0,failed: $(grep -m1 -i error "$csv.log" | tr ',' ';')"
+      # perf_analyzer's own last words (an error, or no stable window).
+      echo "$(($(date +%s) - start)),$model,$protocol,0,0,failed: $(grep -v '^\s*$' "$csv.log" | tail -n 1 | tr ',|' ';/')"
     fi
   done >"$work/windows-$model-$protocol.csv"
 }
