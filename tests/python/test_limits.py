@@ -32,10 +32,21 @@ def srv(tmp_path_factory):
     s = start_server(tmp, [repo], [
         f"--http-max-input-size={MIB}",
         "--http-read-timeout-secs=1",
-        "--http-max-connections=3",
         f"--grpc-max-message-size={MIB}",
         "--grpc-max-header-list-size=16384",
     ])
+    yield s
+    assert stop_server(s) == 0, s.log()
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory):
+    """Three HTTP connections at most, and the default read timeout (60 s),
+    so that idle connections hold their slots for the test's length."""
+    tmp = tmp_path_factory.mktemp("capped")
+    repo = tmp / "repo"
+    shutil.copytree(REPO_ROOT / "tests" / "models" / "identity_fp32", repo / "identity_fp32")
+    s = start_server(tmp, [repo], ["--http-max-connections=3"])
     yield s
     assert stop_server(s) == 0, s.log()
 
@@ -87,7 +98,21 @@ def test_a_stalled_body_fails_and_frees_its_connection(srv):
     assert serves(srv)
 
 
-def test_a_connection_past_the_cap_waits_for_a_free_slot(srv):
+def test_a_half_sent_request_head_or_an_idle_connection_is_closed(srv):
+    # Neither can hold a connection (and its slot) past the read timeout.
+    with raw_connection(srv) as idle, raw_connection(srv) as half:
+        half.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        for sock in (idle, half):
+            sock.settimeout(10)
+            answer = sock.recv(4096)
+            assert answer == b"" or answer.split(b" ")[1] == b"408", answer[:100]
+        assert time.monotonic() - started < 8
+    assert serves(srv)
+
+
+def test_a_connection_past_the_cap_waits_for_a_free_slot(capped):
+    srv = capped
     held = [raw_connection(srv) for _ in range(3)]
     try:
         # Every slot is taken by an idle connection: a new request waits.

@@ -19,7 +19,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub struct Limits {
     /// Largest HTTP request body, after gzip/deflate decompression.
     pub http_max_input_bytes: usize,
-    /// Longest wait for the next piece of an HTTP request body.
+    /// Longest wait for a whole HTTP request head (also the longest a
+    /// connection may stay idle), and for the next piece of a body.
     pub http_read_timeout: Duration,
     pub http_max_connections: usize,
     /// Largest gRPC message received.

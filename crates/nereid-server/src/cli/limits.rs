@@ -12,8 +12,9 @@ pub struct LimitFlags {
     #[arg(long, default_value_t = Limits::default().http_max_input_bytes, value_parser = positive, value_name = "BYTES")]
     pub http_max_input_size: usize,
 
-    /// Seconds an HTTP client may leave its request body stalled before
-    /// the request fails.
+    /// Seconds an HTTP request head may take to arrive (an idle
+    /// connection is closed after it too), and a request body may stall
+    /// before the request fails.
     #[arg(long, default_value_t = Limits::default().http_read_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..), value_name = "SECONDS")]
     pub http_read_timeout_secs: u64,
 

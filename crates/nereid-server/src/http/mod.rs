@@ -3,6 +3,7 @@
 //! every error leaves as `{"error": "..."}` with the status from
 //! `crate::error`.
 
+mod connections;
 mod infer;
 mod logging;
 mod model;
@@ -97,18 +98,21 @@ pub(crate) async fn serve(
 ) -> anyhow::Result<()> {
     // The listener sets TCP_NODELAY: small responses must not wait for
     // Nagle's algorithm.
-    axum::serve(
+    let head_timeout = frontend.limits.http_read_timeout;
+    let app = router(
+        frontend.engine,
+        frontend.log,
+        frontend.tracer,
+        &frontend.limits,
+        frontend.restrictions,
+    );
+    connections::serve(
         connections.accept_from(listener),
-        router(
-            frontend.engine,
-            frontend.log,
-            frontend.tracer,
-            &frontend.limits,
-            frontend.restrictions,
-        ),
+        app,
+        head_timeout,
+        shutdown,
     )
-    .with_graceful_shutdown(shutdown)
-    .await?;
+    .await;
     Ok(())
 }
 
