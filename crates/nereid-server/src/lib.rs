@@ -18,8 +18,10 @@ mod metrics;
 mod model_control;
 mod server;
 mod shared_memory;
+mod tls;
 pub mod trace;
 
 pub use limits::Limits;
 pub use metrics::MetricsOptions;
 pub use server::{RunningServer, ServerConfig, start};
+pub use tls::{EndpointTls, PemFile, ServerTls, TlsError, TlsFiles};

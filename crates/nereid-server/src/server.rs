@@ -10,6 +10,7 @@ use crate::backends::{EngineService, backends};
 use crate::limits::{ConnectionLimit, Limits};
 use crate::logging::LogControl;
 use crate::metrics::MetricsOptions;
+use crate::tls::{EndpointTls, ServerTls};
 use crate::trace::{TraceOptions, Tracer};
 use anyhow::Context;
 use nereid_engine::{Engine, EngineOptions, LoadFailure, ModelControl};
@@ -41,6 +42,16 @@ pub struct ServerConfig {
     pub trace: TraceOptions,
     /// What one client may take (sizes, time, streams, connections).
     pub limits: Limits,
+    /// TLS on the HTTP and gRPC endpoints.
+    pub tls: EndpointTls,
+}
+
+/// A frontend's bound socket, the cap on its connections, and its TLS.
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    pub listener: TcpListener,
+    pub connections: ConnectionLimit,
+    pub tls: Option<ServerTls>,
 }
 
 /// A started server; drop it or call [`RunningServer::shutdown`] to stop.
@@ -84,15 +95,18 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let mut frontends = Vec::new();
     let http_addr = match config.http {
         Some(addr) => {
-            let listener = bind(addr, "HTTP").await?;
+            let listener = bind(addr, "HTTP", config.tls.http.as_ref()).await?;
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::http::serve(
                 engine.clone(),
                 config.logging.clone(),
                 tracer.clone(),
                 config.limits.clone(),
-                connections[0].clone(),
-                listener,
+                Endpoint {
+                    listener,
+                    connections: connections[0].clone(),
+                    tls: config.tls.http.clone(),
+                },
                 signal(&stopped),
             )));
             Some(local)
@@ -101,15 +115,18 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     };
     let grpc_addr = match config.grpc {
         Some(addr) => {
-            let listener = bind(addr, "gRPC").await?;
+            let listener = bind(addr, "gRPC", config.tls.grpc.as_ref()).await?;
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::grpc::serve(
                 engine.clone(),
                 config.logging.clone(),
                 tracer.clone(),
                 config.limits.clone(),
-                connections[1].clone(),
-                listener,
+                Endpoint {
+                    listener,
+                    connections: connections[1].clone(),
+                    tls: config.tls.grpc.clone(),
+                },
                 signal(&stopped),
             )));
             Some(local)
@@ -118,7 +135,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     };
     let metrics_addr = match config.metrics {
         Some(addr) => {
-            let listener = bind(addr, "metrics").await?;
+            let listener = bind(addr, "metrics", None).await?;
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::metrics::serve(
                 engine.clone(),
@@ -156,11 +173,23 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     })
 }
 
-async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
+async fn bind(
+    addr: SocketAddr,
+    what: &str,
+    tls: Option<&ServerTls>,
+) -> anyhow::Result<TcpListener> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot bind the {what} endpoint to {addr}"))?;
-    tracing::info!("started {what} endpoint at {}", listener.local_addr()?);
+    let security = match tls {
+        None => "",
+        Some(tls) if tls.is_mutual() => " (mutual TLS)",
+        Some(_) => " (TLS)",
+    };
+    tracing::info!(
+        "started {what} endpoint at {}{security}",
+        listener.local_addr()?
+    );
     Ok(listener)
 }
 

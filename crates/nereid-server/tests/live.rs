@@ -33,6 +33,7 @@ async fn start() -> (RunningServer, String) {
         logging: Default::default(),
         trace: Default::default(),
         limits: Default::default(),
+        tls: Default::default(),
     };
     let mut server = nereid_server::start(config).await.unwrap();
     server.wait_loaded().await.unwrap();

@@ -272,6 +272,7 @@ impl Args {
             logging: Default::default(),
             trace: trace_options(&self.trace_config, &self.deprecated_trace)?,
             limits: self.limits.limits(),
+            tls: Default::default(),
         })
     }
 }

@@ -18,14 +18,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use nereid_core::Error;
 use nereid_engine::Engine;
-use tokio::net::TcpListener;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 use tower_http::timeout::TimeoutBody;
 
-use crate::limits::{ConnectionLimit, Limits};
+use crate::limits::Limits;
 use crate::logging::LogControl;
+use crate::server::Endpoint;
+use crate::tls::TlsListener;
 use crate::trace::Tracer;
 
 /// Builds the HTTP application; tests call it without a socket.
@@ -68,25 +69,34 @@ pub fn router(engine: Engine, log: LogControl, tracer: Tracer, limits: &Limits) 
         .with_state(engine)
 }
 
-/// Serves the HTTP frontend on `listener` until `shutdown` completes, then
+/// Serves the HTTP frontend on `endpoint` until `shutdown` completes, then
 /// lets in-flight requests finish. Connections beyond the limit wait.
-pub async fn serve(
+/// With TLS (HTTPS), the handshakes run beside the accepting.
+pub(crate) async fn serve(
     engine: Engine,
     log: LogControl,
     tracer: Tracer,
     limits: Limits,
-    connections: ConnectionLimit,
-    listener: TcpListener,
+    endpoint: Endpoint,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let app = router(engine, log, tracer, &limits);
     // The listener sets TCP_NODELAY: small responses must not wait for
     // Nagle's algorithm.
-    axum::serve(
-        connections.accept_from(listener),
-        router(engine, log, tracer, &limits),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await?;
+    let listener = endpoint.connections.accept_from(endpoint.listener);
+    match endpoint.tls {
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await?
+        }
+        Some(tls) => {
+            let listener = TlsListener::new(listener, &tls, &[b"http/1.1"])?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await?
+        }
+    }
     Ok(())
 }
 
