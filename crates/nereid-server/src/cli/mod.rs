@@ -14,10 +14,12 @@ use crate::server::ServerConfig;
 
 mod limits;
 mod settings;
+mod tls;
 mod trace;
 
 use limits::LimitFlags;
 use settings::{metrics_options, python_path, response_cache_bytes};
+use tls::TlsFlags;
 use trace::{OldTraceFlags, trace_options};
 
 /// Nereid: a Triton-compatible inference server.
@@ -183,6 +185,9 @@ pub struct Args {
 
     #[command(flatten)]
     pub limits: LimitFlags,
+
+    #[command(flatten)]
+    pub tls: TlsFlags,
 }
 
 /// `--model-control-mode` values, as tritonserver spells them.
@@ -272,7 +277,7 @@ impl Args {
             logging: Default::default(),
             trace: trace_options(&self.trace_config, &self.deprecated_trace)?,
             limits: self.limits.limits(),
-            tls: Default::default(),
+            tls: self.tls.tls(self.allow_http, self.allow_grpc)?,
         })
     }
 }
