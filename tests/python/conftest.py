@@ -10,6 +10,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import requests
@@ -47,8 +48,14 @@ class Server:
         return self.log_path.read_text(errors="replace")
 
 
+def plain_http_ready(server: Server) -> bool:
+    return requests.get(f"{server.base}/v2/health/ready", timeout=1).status_code == 200
+
+
 def start_server(tmp_path: Path, repositories: list[Path], extra: list[str] | None = None,
-                 ready_headers: dict[str, str] | None = None) -> Server:
+                 ready: Callable[[Server], bool] = plain_http_ready) -> Server:
+    """Starts nereid and waits until `ready` (by default: plain HTTP
+    readiness) holds."""
     binary = os.environ.get("NEREID_BIN", str(REPO_ROOT / "target/debug/nereid"))
     ports = [free_port() for _ in range(3)]
     log_path = tmp_path / "nereid.log"
@@ -72,8 +79,7 @@ def start_server(tmp_path: Path, repositories: list[Path], extra: list[str] | No
         if process.poll() is not None:
             raise RuntimeError(f"nereid exited with {process.returncode}:\n{server.log()}")
         try:
-            if requests.get(f"{server.base}/v2/health/ready", headers=ready_headers,
-                            timeout=1).status_code == 200:
+            if ready(server):
                 return server
         except requests.ConnectionError:
             pass

@@ -56,6 +56,11 @@ def simple_repo(tmp):
     return repo
 
 
+def health_with_key(server) -> bool:
+    return requests.get(f"{server.base}/v2/health/ready", headers={"h-health": "1"},
+                        timeout=1).status_code == 200
+
+
 @pytest.fixture(scope="module")
 def every_group(tmp_path_factory):
     """Each group behind its own header, h-<group>=1, on both endpoints."""
@@ -66,7 +71,7 @@ def every_group(tmp_path_factory):
                   f"--grpc-restricted-protocol={group}:h-{group}=1"]
     s = start_server(tmp, [simple_repo(tmp)], flags + ["--model-control-mode=explicit",
                                                         "--load-model=simple"],
-                     ready_headers={"h-health": "1"})
+                     ready=health_with_key)
     yield s
     assert stop_server(s) == 0, s.log()
 

@@ -19,8 +19,10 @@ mod model_control;
 pub mod restricted;
 mod server;
 mod shared_memory;
+mod tls;
 pub mod trace;
 
 pub use limits::Limits;
 pub use metrics::MetricsOptions;
 pub use server::{RestrictedApis, RunningServer, ServerConfig, start};
+pub use tls::{EndpointTls, PemFile, ServerTls, TlsError, TlsFiles};

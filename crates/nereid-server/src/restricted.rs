@@ -144,16 +144,16 @@ pub struct Restrictions {
 /// The endpoint a set of restrictions is for: it decides the flag named in
 /// errors, the prefix of the gRPC header and how a refusal is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
+pub enum Protocol {
     Http,
     Grpc,
 }
 
-impl Endpoint {
+impl Protocol {
     fn flag(self) -> &'static str {
         match self {
-            Endpoint::Http => "--http-restricted-api",
-            Endpoint::Grpc => "--grpc-restricted-protocol",
+            Protocol::Http => "--http-restricted-api",
+            Protocol::Grpc => "--grpc-restricted-protocol",
         }
     }
 
@@ -161,8 +161,8 @@ impl Endpoint {
     /// with gRPC's own metadata.
     fn header_prefix(self) -> &'static str {
         match self {
-            Endpoint::Http => "",
-            Endpoint::Grpc => "triton-grpc-protocol-",
+            Protocol::Http => "",
+            Protocol::Grpc => "triton-grpc-protocol-",
         }
     }
 }
@@ -171,13 +171,13 @@ impl Restrictions {
     /// Parses the flag's values, `<group>[,<group>...]:<header>=<value>`
     /// each, with tritonserver's errors: an unknown group, a malformed
     /// value, or a group named twice.
-    pub fn parse(endpoint: Endpoint, values: &[String]) -> Result<Restrictions, String> {
+    pub fn parse(protocol: Protocol, values: &[String]) -> Result<Restrictions, String> {
         let mut restrictions = Restrictions::default();
         for value in values {
             let malformed = || {
                 format!(
                     "{} option format is '<config name>:<setting>=<value>'. Got {value}",
-                    endpoint.flag()
+                    protocol.flag()
                 )
             };
             let (groups, key) = value.split_once(':').ok_or_else(malformed)?;
@@ -185,10 +185,10 @@ impl Restrictions {
             if groups.is_empty() || header.is_empty() || expected.is_empty() {
                 return Err(malformed());
             }
-            let spelled = format!("{}{header}", endpoint.header_prefix());
+            let spelled = format!("{}{header}", protocol.header_prefix());
             let name =
                 HeaderName::from_bytes(spelled.to_ascii_lowercase().as_bytes()).map_err(|_| {
-                    format!("{}: '{header}' is not a valid header name", endpoint.flag())
+                    format!("{}: '{header}' is not a valid header name", protocol.flag())
                 })?;
             for group in groups.split(',') {
                 let group = ApiGroup::from_name(group)
@@ -338,10 +338,10 @@ where
 }
 
 /// Triton's words for a refused request.
-pub fn refusal(endpoint: Endpoint, header: &str) -> String {
-    match endpoint {
-        Endpoint::Http => format!("This API is restricted, expecting header '{header}'"),
-        Endpoint::Grpc => format!("This protocol is restricted, expecting header '{header}'"),
+pub fn refusal(protocol: Protocol, header: &str) -> String {
+    match protocol {
+        Protocol::Http => format!("This API is restricted, expecting header '{header}'"),
+        Protocol::Grpc => format!("This protocol is restricted, expecting header '{header}'"),
     }
 }
 
@@ -349,15 +349,15 @@ pub fn refusal(endpoint: Endpoint, header: &str) -> String {
 mod tests {
     use super::*;
 
-    fn parse(endpoint: Endpoint, values: &[&str]) -> Result<Restrictions, String> {
+    fn parse(protocol: Protocol, values: &[&str]) -> Result<Restrictions, String> {
         let values: Vec<String> = values.iter().map(|s| s.to_string()).collect();
-        Restrictions::parse(endpoint, &values)
+        Restrictions::parse(protocol, &values)
     }
 
     #[test]
     fn flags_parse_with_tritons_errors() {
         let r = parse(
-            Endpoint::Http,
+            Protocol::Http,
             &[
                 "model-repository,shared-memory:Admin-Key=secret",
                 "statistics:k=v=w",
@@ -379,23 +379,23 @@ mod tests {
 
         for bad in ["health", "health:k", "health:=v", "health:k=", ":k=v"] {
             assert_eq!(
-                parse(Endpoint::Http, &[bad]).unwrap_err(),
+                parse(Protocol::Http, &[bad]).unwrap_err(),
                 format!(
                     "--http-restricted-api option format is '<config name>:<setting>=<value>'. Got {bad}"
                 )
             );
         }
         assert_eq!(
-            parse(Endpoint::Grpc, &["health,bogus:k=v"]).unwrap_err(),
+            parse(Protocol::Grpc, &["health,bogus:k=v"]).unwrap_err(),
             "unknown restricted api 'bogus'"
         );
         assert_eq!(
-            parse(Endpoint::Grpc, &["Health:k=v"]).unwrap_err(),
+            parse(Protocol::Grpc, &["Health:k=v"]).unwrap_err(),
             "unknown restricted api 'Health'"
         );
         for twice in [&["health:k=v", "health:j=w"][..], &["health,health:k=v"]] {
             assert_eq!(
-                parse(Endpoint::Http, twice).unwrap_err(),
+                parse(Protocol::Http, twice).unwrap_err(),
                 "restricted api 'health' can not be specified in multiple config groups"
             );
         }
@@ -403,7 +403,7 @@ mod tests {
 
     #[test]
     fn grpc_headers_carry_tritons_prefix() {
-        let r = parse(Endpoint::Grpc, &["inference:infer-key=k"]).unwrap();
+        let r = parse(Protocol::Grpc, &["inference:infer-key=k"]).unwrap();
         let mut headers = HeaderMap::new();
         headers.insert("infer-key", "k".parse().unwrap());
         assert_eq!(

@@ -11,6 +11,7 @@ use crate::limits::{ConnectionLimit, Limits};
 use crate::logging::LogControl;
 use crate::metrics::MetricsOptions;
 use crate::restricted::Restrictions;
+use crate::tls::{EndpointTls, ServerTls};
 use crate::trace::{TraceOptions, Tracer};
 use anyhow::Context;
 use nereid_engine::{Engine, EngineOptions, LoadFailure, ModelControl};
@@ -45,6 +46,8 @@ pub struct ServerConfig {
     /// API groups that need a header (`--http-restricted-api`,
     /// `--grpc-restricted-protocol`).
     pub restricted: RestrictedApis,
+    /// TLS on the HTTP and gRPC endpoints.
+    pub tls: EndpointTls,
 }
 
 /// The restricted API groups of each endpoint.
@@ -62,6 +65,14 @@ pub(crate) struct Frontend {
     pub tracer: Tracer,
     pub limits: Limits,
     pub restrictions: Restrictions,
+}
+
+/// A frontend's bound socket, the cap on its connections, and its TLS.
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    pub listener: TcpListener,
+    pub connections: ConnectionLimit,
+    pub tls: Option<ServerTls>,
 }
 
 /// A started server; drop it or call [`RunningServer::shutdown`] to stop.
@@ -112,12 +123,15 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let mut frontends = Vec::new();
     let http_addr = match config.http {
         Some(addr) => {
-            let listener = bind(addr, "HTTP").await?;
+            let listener = bind(addr, "HTTP", config.tls.http.as_ref()).await?;
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::http::serve(
                 frontend(config.restricted.http.clone()),
-                connections[0].clone(),
-                listener,
+                Endpoint {
+                    listener,
+                    connections: connections[0].clone(),
+                    tls: config.tls.http.clone(),
+                },
                 signal(&stopped),
             )));
             Some(local)
@@ -126,12 +140,15 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     };
     let grpc_addr = match config.grpc {
         Some(addr) => {
-            let listener = bind(addr, "gRPC").await?;
+            let listener = bind(addr, "gRPC", config.tls.grpc.as_ref()).await?;
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::grpc::serve(
                 frontend(config.restricted.grpc.clone()),
-                connections[1].clone(),
-                listener,
+                Endpoint {
+                    listener,
+                    connections: connections[1].clone(),
+                    tls: config.tls.grpc.clone(),
+                },
                 signal(&stopped),
             )));
             Some(local)
@@ -140,7 +157,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     };
     let metrics_addr = match config.metrics {
         Some(addr) => {
-            let listener = bind(addr, "metrics").await?;
+            let listener = bind(addr, "metrics", None).await?;
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::metrics::serve(
                 engine.clone(),
@@ -178,11 +195,23 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     })
 }
 
-async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
+async fn bind(
+    addr: SocketAddr,
+    what: &str,
+    tls: Option<&ServerTls>,
+) -> anyhow::Result<TcpListener> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot bind the {what} endpoint to {addr}"))?;
-    tracing::info!("started {what} endpoint at {}", listener.local_addr()?);
+    let security = match tls {
+        None => "",
+        Some(tls) if tls.is_mutual() => " (mutual TLS)",
+        Some(_) => " (TLS)",
+    };
+    tracing::info!(
+        "started {what} endpoint at {}{security}",
+        listener.local_addr()?
+    );
     Ok(listener)
 }
 

@@ -34,6 +34,7 @@ async fn start() -> (RunningServer, String) {
         trace: Default::default(),
         limits: Default::default(),
         restricted: Default::default(),
+        tls: Default::default(),
     };
     let mut server = nereid_server::start(config).await.unwrap();
     server.wait_loaded().await.unwrap();

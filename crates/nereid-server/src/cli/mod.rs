@@ -15,11 +15,13 @@ use crate::server::ServerConfig;
 mod limits;
 mod restricted;
 mod settings;
+mod tls;
 mod trace;
 
 use limits::LimitFlags;
 use restricted::RestrictedFlags;
 use settings::{metrics_options, python_path, response_cache_bytes};
+use tls::TlsFlags;
 use trace::{OldTraceFlags, trace_options};
 
 /// Nereid: a Triton-compatible inference server.
@@ -188,6 +190,9 @@ pub struct Args {
 
     #[command(flatten)]
     pub restricted: RestrictedFlags,
+
+    #[command(flatten)]
+    pub tls: TlsFlags,
 }
 
 /// `--model-control-mode` values, as tritonserver spells them.
@@ -278,6 +283,7 @@ impl Args {
             trace: trace_options(&self.trace_config, &self.deprecated_trace)?,
             limits: self.limits.limits(),
             restricted: self.restricted.restricted_apis()?,
+            tls: self.tls.tls(self.allow_http, self.allow_grpc)?,
         })
     }
 }

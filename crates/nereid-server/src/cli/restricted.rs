@@ -1,6 +1,6 @@
 //! tritonserver's restricted API flags.
 
-use crate::restricted::{Endpoint, Restrictions};
+use crate::restricted::{Protocol, Restrictions};
 use crate::server::RestrictedApis;
 
 #[derive(Debug, clap::Args)]
@@ -21,9 +21,9 @@ pub struct RestrictedFlags {
 impl RestrictedFlags {
     pub fn restricted_apis(&self) -> anyhow::Result<RestrictedApis> {
         Ok(RestrictedApis {
-            http: Restrictions::parse(Endpoint::Http, &self.http_restricted_api)
+            http: Restrictions::parse(Protocol::Http, &self.http_restricted_api)
                 .map_err(anyhow::Error::msg)?,
-            grpc: Restrictions::parse(Endpoint::Grpc, &self.grpc_restricted_protocol)
+            grpc: Restrictions::parse(Protocol::Grpc, &self.grpc_restricted_protocol)
                 .map_err(anyhow::Error::msg)?,
         })
     }

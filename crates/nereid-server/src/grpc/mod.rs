@@ -15,16 +15,16 @@ use anyhow::Context;
 use nereid_engine::Engine;
 use nereid_protocol::health::health_server::HealthServer;
 use nereid_protocol::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::codec::CompressionEncoding;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
-use crate::limits::{ConnectionLimit, Limits};
+use crate::limits::Limits;
 use crate::logging::LogControl;
-use crate::restricted::{ApiGroup, Endpoint, RestrictLayer, refusal};
-use crate::server::Frontend;
+use crate::restricted::{ApiGroup, Protocol, RestrictLayer, refusal};
+use crate::server::{Endpoint, Frontend};
+use crate::tls::TlsListener;
 use crate::trace::Tracer;
 use health::HealthService;
 use service::InferenceService;
@@ -33,14 +33,14 @@ use service::InferenceService;
 /// `--grpc-max-message-size`).
 const MAX_SENT_BYTES: usize = i32::MAX as usize;
 
-/// Serves gRPC on `listener` until `shutdown` completes, then lets
+/// Serves gRPC on `endpoint` until `shutdown` completes, then lets
 /// in-flight calls finish. Long-lived streams (`ModelStreamInfer`, health
 /// `Watch`) end at shutdown once their pending answers are sent, so that
-/// the graceful drain does not wait on clients that never hang up.
+/// the graceful drain does not wait on clients that never hang up. With
+/// TLS, the handshakes run beside the accepting.
 pub(crate) async fn serve(
     frontend: Frontend,
-    connections: ConnectionLimit,
-    listener: TcpListener,
+    endpoint: Endpoint,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let Frontend {
@@ -55,13 +55,10 @@ pub(crate) async fn serve(
         shutdown.await;
         stopping.send_replace(true);
     };
-    // TcpIncoming rather than a bare TcpListenerStream, for TCP_NODELAY:
-    // small unary calls would otherwise wait on Nagle and delayed ACKs.
-    let incoming = connections.limit(TcpIncoming::from(listener).with_nodelay(Some(true)));
     let stamps = tower::ServiceBuilder::new()
         .map_request(trace::stamp_arrival)
         .map_response(trace::trace_send);
-    Server::builder()
+    let router = Server::builder()
         .http2_adaptive_window(Some(true))
         .max_concurrent_streams(Some(limits.grpc_max_concurrent_streams))
         .http2_max_header_list_size(Some(limits.grpc_max_header_list_bytes))
@@ -78,10 +75,29 @@ pub(crate) async fn serve(
             &limits,
             stop.clone(),
         ))
-        .add_service(health_server(engine, stop))
-        .serve_with_incoming_shutdown(incoming, signal)
-        .await
-        .context("the gRPC server failed")
+        .add_service(health_server(engine, stop));
+    let Endpoint {
+        listener,
+        connections,
+        tls,
+    } = endpoint;
+    match tls {
+        None => {
+            // TcpIncoming rather than a bare TcpListenerStream, for
+            // TCP_NODELAY: small unary calls would otherwise wait on Nagle
+            // and delayed ACKs.
+            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            let incoming = connections.limit(incoming);
+            router.serve_with_incoming_shutdown(incoming, signal).await
+        }
+        Some(tls) => {
+            // gRPC clients insist on h2 in ALPN.
+            let incoming = TlsListener::new(connections.accept_from(listener), &tls, &[b"h2"])?;
+            let incoming = incoming.into_incoming();
+            router.serve_with_incoming_shutdown(incoming, signal).await
+        }
+    }
+    .context("the gRPC server failed")
 }
 
 /// Compressed requests are accepted; answers go uncompressed, as Triton's
@@ -104,7 +120,7 @@ fn inference_server(
 
 /// Triton answers a restricted protocol without its header UNAVAILABLE.
 fn refused(header: &str) -> http::Response<tonic::body::Body> {
-    tonic::Status::unavailable(refusal(Endpoint::Grpc, header)).into_http()
+    tonic::Status::unavailable(refusal(Protocol::Grpc, header)).into_http()
 }
 
 fn health_server(engine: Engine, stop: watch::Receiver<bool>) -> HealthServer<HealthService> {

@@ -19,16 +19,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use nereid_core::Error;
 use nereid_engine::Engine;
-use tokio::net::TcpListener;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 use tower_http::timeout::TimeoutBody;
 
-use crate::limits::{ConnectionLimit, Limits};
+use crate::limits::Limits;
 use crate::logging::LogControl;
-use crate::restricted::{ApiGroup, Endpoint, RestrictLayer, Restrictions, refusal};
-use crate::server::Frontend;
+use crate::restricted::{ApiGroup, Protocol, RestrictLayer, Restrictions, refusal};
+use crate::server::{Endpoint, Frontend};
+use crate::tls::TlsListener;
 use crate::trace::Tracer;
 
 /// Builds the HTTP application; tests call it without a socket.
@@ -85,15 +85,15 @@ pub fn router(
 
 /// Triton answers a restricted API without its header 403.
 fn refused(header: &str) -> Response {
-    error_response(StatusCode::FORBIDDEN, &refusal(Endpoint::Http, header))
+    error_response(StatusCode::FORBIDDEN, &refusal(Protocol::Http, header))
 }
 
-/// Serves the HTTP frontend on `listener` until `shutdown` completes, then
+/// Serves the HTTP frontend on `endpoint` until `shutdown` completes, then
 /// lets in-flight requests finish. Connections beyond the limit wait.
+/// With TLS (HTTPS), the handshakes run beside the accepting.
 pub(crate) async fn serve(
     frontend: Frontend,
-    connections: ConnectionLimit,
-    listener: TcpListener,
+    endpoint: Endpoint,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     // The listener sets TCP_NODELAY: small responses must not wait for
@@ -106,13 +106,14 @@ pub(crate) async fn serve(
         &frontend.limits,
         frontend.restrictions,
     );
-    connections::serve(
-        connections.accept_from(listener),
-        app,
-        head_timeout,
-        shutdown,
-    )
-    .await;
+    let listener = endpoint.connections.accept_from(endpoint.listener);
+    match endpoint.tls {
+        None => connections::serve(listener, app, head_timeout, shutdown).await,
+        Some(tls) => {
+            let listener = TlsListener::new(listener, &tls, &[b"http/1.1"])?;
+            connections::serve(listener, app, head_timeout, shutdown).await
+        }
+    }
     Ok(())
 }
 
