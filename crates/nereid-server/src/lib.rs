@@ -10,6 +10,7 @@ mod backends;
 pub mod cli;
 mod error;
 mod grpc;
+mod handshake;
 mod http;
 pub mod info;
 mod limits;

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -77,28 +76,6 @@ impl ConnectionLimit {
             limit: self.clone(),
         }
     }
-
-    /// `incoming` with one slot held by each connection.
-    pub fn limit<S>(&self, incoming: S) -> impl Stream<Item = io::Result<Counted<TcpStream>>>
-    where
-        S: Stream<Item = io::Result<TcpStream>>,
-    {
-        let limit = self.clone();
-        incoming.then(move |accepted| {
-            let limit = limit.clone();
-            async move {
-                let stream = accepted?;
-                let slot = limit
-                    .slot()
-                    .await
-                    .ok_or_else(|| io::Error::other("the connection limit was closed"))?;
-                Ok(Counted {
-                    io: stream,
-                    _slot: slot,
-                })
-            }
-        })
-    }
 }
 
 /// A listener for axum that takes a slot per connection.
@@ -146,6 +123,12 @@ impl axum::serve::Listener for LimitedListener {
 pub struct Counted<T> {
     io: T,
     _slot: OwnedSemaphorePermit,
+}
+
+impl<T> Counted<T> {
+    pub fn get_ref(&self) -> &T {
+        &self.io
+    }
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {

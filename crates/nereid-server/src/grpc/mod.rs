@@ -18,8 +18,8 @@ use nereid_protocol::inference::grpc_inference_service_server::GrpcInferenceServ
 use tokio::sync::watch;
 use tonic::codec::CompressionEncoding;
 use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
 
+use crate::handshake::Handshaken;
 use crate::limits::Limits;
 use crate::logging::LogControl;
 use crate::restricted::{ApiGroup, Protocol, RestrictLayer, refusal};
@@ -83,12 +83,12 @@ pub(crate) async fn serve(
     } = endpoint;
     match tls {
         None => {
-            // TcpIncoming rather than a bare TcpListenerStream, for
-            // TCP_NODELAY: small unary calls would otherwise wait on Nagle
-            // and delayed ACKs.
-            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-            let incoming = connections.limit(incoming);
-            router.serve_with_incoming_shutdown(incoming, signal).await
+            // The limited listener sets TCP_NODELAY: small unary calls
+            // would otherwise wait on Nagle and delayed ACKs.
+            let incoming = Handshaken::h2_preface(connections.accept_from(listener))?;
+            router
+                .serve_with_incoming_shutdown(incoming.into_incoming(), signal)
+                .await
         }
         Some(tls) => {
             // gRPC clients insist on h2 in ALPN.

@@ -6,8 +6,6 @@
 //! Every error names the flag and the file it is about, so that a bad
 //! setting stops the server with a sentence the operator can act on.
 
-mod listener;
-
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
@@ -20,7 +18,7 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::{VerifierBuilderError, WebPkiClientVerifier};
 use tokio_rustls::rustls::{self, RootCertStore};
 
-pub use listener::TlsListener;
+pub use crate::handshake::TlsListener;
 
 /// A PEM file and the flag that named it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +120,7 @@ impl ServerTls {
 
     /// An acceptor that offers `protocols` in ALPN (gRPC clients insist
     /// on `h2`).
-    fn acceptor(&self, protocols: &[&[u8]]) -> TlsAcceptor {
+    pub(crate) fn acceptor(&self, protocols: &[&[u8]]) -> TlsAcceptor {
         let mut config = rustls::ServerConfig::clone(&self.config);
         config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
         TlsAcceptor::from(Arc::new(config))

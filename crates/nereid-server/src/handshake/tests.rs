@@ -113,3 +113,55 @@ async fn a_stalled_handshake_gives_its_slot_back() {
     // The only slot is the silent client's until its handshake times out.
     assert!(echoes(addr, &connector(&pki, false)).await);
 }
+
+/// A plain HTTP/2 listener on a free port with room for `max`
+/// connections; the first 24 bytes of each accepted connection come back.
+async fn preface_server(max: usize, timeout: Duration) -> SocketAddr {
+    let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let limited = ConnectionLimit::new(max).accept_from(tcp);
+    let mut listener = Handshaken::h2_preface_within(limited, timeout).unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut io, _) = listener.accept().await;
+            tokio::spawn(async move {
+                let mut preface = [0u8; 24];
+                if io.read_exact(&mut preface).await.is_ok() {
+                    let _ = io.write_all(&preface).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+async fn preface_comes_back(addr: SocketAddr, in_two_parts: bool) -> bool {
+    let mut client = TcpStream::connect(addr).await.unwrap();
+    if in_two_parts {
+        client.write_all(&H2_PREFACE[..10]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        client.write_all(&H2_PREFACE[10..]).await.unwrap();
+    } else {
+        client.write_all(H2_PREFACE).await.unwrap();
+    }
+    let mut back = [0u8; 24];
+    let read = tokio::time::timeout(Duration::from_secs(5), client.read_exact(&mut back)).await;
+    matches!(read, Ok(Ok(_))) && &back == H2_PREFACE
+}
+
+#[tokio::test]
+async fn a_plain_h2_client_is_served_beside_a_silent_one() {
+    let addr = preface_server(4, Duration::from_secs(30)).await;
+    let _silent = TcpStream::connect(addr).await.unwrap();
+    assert!(preface_comes_back(addr, false).await);
+    assert!(preface_comes_back(addr, true).await);
+}
+
+#[tokio::test]
+async fn a_connection_without_a_preface_gives_its_slot_back() {
+    let addr = preface_server(1, Duration::from_millis(200)).await;
+    let mut half = TcpStream::connect(addr).await.unwrap();
+    half.write_all(&H2_PREFACE[..5]).await.unwrap();
+    // The only slot is the half-preface client's until its deadline.
+    assert!(preface_comes_back(addr, false).await);
+}
