@@ -48,6 +48,7 @@ pub use metadata::{ModelMetadata, TensorMetadata};
 pub use model::LoadedVersion;
 pub use options::{ControlMode, EngineOptions, LoadFailure, LoadRequest, ModelControl};
 pub use registry::{IndexEntry, ModelState};
+pub use source::check_load_request;
 pub use validate::{ValidatedRequest, validate};
 
 use registry::Registry;

@@ -55,11 +55,7 @@ pub fn for_request(
             files: None,
         });
     }
-    if request.config.is_none() {
-        return Err(Error::invalid_argument(format!(
-            "failed to load '{name}': 'file:' parameters need the 'config' parameter too"
-        )));
-    }
+    check_load_request(name, &request)?;
     let dir = write_files(name, &request.files)?;
     let path = dir.path().join(name);
     Ok(Source {
@@ -73,18 +69,42 @@ pub fn for_request(
     })
 }
 
-/// Writes `files` under `<temporary folder>/<name>/`.
+/// Checks, before anything is written, that a load of `name` bringing
+/// `file:` contents also brings a config, that `name` can be a folder name
+/// and that every file path stays inside the model's folder. A load without
+/// files passes. Public so that fuzz and property tests reach it.
+pub fn check_load_request(name: &str, request: &LoadRequest) -> Result<(), Error> {
+    if request.files.is_empty() {
+        return Ok(());
+    }
+    if request.config.is_none() {
+        return Err(Error::invalid_argument(format!(
+            "failed to load '{name}': 'file:' parameters need the 'config' parameter too"
+        )));
+    }
+    if !is_plain_relative(Path::new(name)) || name.contains('/') {
+        return Err(Error::invalid_argument(format!(
+            "failed to load '{name}': not a valid model name"
+        )));
+    }
+    for (path, _) in &request.files {
+        if !is_plain_relative(Path::new(path)) {
+            return Err(Error::invalid_argument(format!(
+                "failed to load '{name}': file path 'file:{path}' must be relative and stay inside the model folder"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Writes `files` under `<temporary folder>/<name>/`; [`check_load_request`]
+/// has checked every path.
 fn write_files(name: &str, files: &[(String, Vec<u8>)]) -> Result<tempfile::TempDir, Error> {
     let io = |e: std::io::Error| {
         Error::internal(format!(
             "failed to load '{name}': cannot write its files: {e}"
         ))
     };
-    if !is_plain_relative(Path::new(name)) || name.contains('/') {
-        return Err(Error::invalid_argument(format!(
-            "failed to load '{name}': not a valid model name"
-        )));
-    }
     let dir = tempfile::Builder::new()
         .prefix("nereid-model-")
         .tempdir()
@@ -92,11 +112,6 @@ fn write_files(name: &str, files: &[(String, Vec<u8>)]) -> Result<tempfile::Temp
     let model_dir = dir.path().join(name);
     std::fs::create_dir(&model_dir).map_err(io)?;
     for (path, contents) in files {
-        if !is_plain_relative(Path::new(path)) {
-            return Err(Error::invalid_argument(format!(
-                "failed to load '{name}': file path 'file:{path}' must be relative and stay inside the model folder"
-            )));
-        }
         let target = model_dir.join(path);
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent).map_err(io)?;

@@ -31,4 +31,6 @@ pub use error::{
 pub use fingerprint::fingerprint;
 pub use parse::parse_config_text;
 pub use prepass::insert_list_colons;
-pub use repository::{CONFIG_FILENAME, ModelEntry, Repository, ResolvedModel, ResolvedVersion};
+pub use repository::{
+    CONFIG_FILENAME, ModelEntry, Repository, ResolvedModel, ResolvedVersion, normalize_and_validate,
+};

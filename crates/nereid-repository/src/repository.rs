@@ -181,8 +181,7 @@ impl Repository {
             }
             Some(backend)
         };
-        normalize::normalize(&mut config, &self.gpus);
-        validate::validate(&config, &self.gpus)?;
+        normalize_and_validate(&mut config, &self.gpus)?;
         let versions = self.version_paths(&config, &entry.path, &on_disk)?;
         Ok(ResolvedModel {
             name: config.name.clone(),
@@ -301,6 +300,16 @@ impl Repository {
             })
             .collect()
     }
+}
+
+/// Fills Triton's defaults into `config` and validates it, as a load does
+/// after autofill: what a strict repository (`--strict-model-config`)
+/// checks of a config that names its backend. No file is read, so fuzz
+/// and property tests can reach validation with any parsed config.
+pub fn normalize_and_validate(config: &mut ModelConfig, gpus: &[u32]) -> Result<(), ModelError> {
+    normalize::normalize(config, gpus);
+    validate::validate(config, gpus)?;
+    Ok(())
 }
 
 /// Triton refuses a model whose name appears in more than one root.

@@ -16,7 +16,7 @@ pub mod info;
 mod limits;
 pub mod logging;
 mod metrics;
-mod model_control;
+pub mod model_control;
 pub mod restricted;
 mod server;
 mod shared_memory;

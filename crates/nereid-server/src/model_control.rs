@@ -1,10 +1,13 @@
 //! The repository API's load and unload parameters, from either frontend:
 //! `config` (a model config as JSON), `file:<version>/<path>` (file
 //! contents; base64 over HTTP, bytes over gRPC) and `unload_dependents`.
+//! Public so that fuzz and property tests can feed them any parameters.
 
+use base64::Engine as _;
 use nereid_core::Error;
 use nereid_engine::LoadRequest;
 use nereid_protocol::rest::model_config_from_json;
+use serde_json::{Map, Value};
 
 /// One parameter value, whichever wire it came over.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +58,47 @@ pub fn load_request(model: &str, params: Vec<(String, Param)>) -> Result<LoadReq
         }
     }
     Ok(request)
+}
+
+/// A load's JSON `parameters` object (the HTTP body) as [`Param`]s;
+/// `file:` values are base64, as Triton and `tritonclient` send them.
+pub fn load_params_from_json(
+    model: &str,
+    parameters: Map<String, Value>,
+) -> Result<Vec<(String, Param)>, Error> {
+    parameters
+        .into_iter()
+        .map(|(key, value)| load_param(model, key, value))
+        .collect()
+}
+
+/// Any other JSON `parameters` object (an unload's) as [`Param`]s.
+pub fn params_from_json(parameters: Map<String, Value>) -> Vec<(String, Param)> {
+    parameters
+        .into_iter()
+        .map(|(key, value)| (key, json_param(value)))
+        .collect()
+}
+
+fn load_param(model: &str, key: String, value: Value) -> Result<(String, Param), Error> {
+    if key.starts_with(FILE_PREFIX)
+        && let Value::String(text) = &value
+    {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| bad(model, &format!("'{key}' is not valid base64: {e}")))?;
+        return Ok((key, Param::Bytes(bytes)));
+    }
+    Ok((key, json_param(value)))
+}
+
+fn json_param(value: Value) -> Param {
+    match value {
+        Value::Bool(b) => Param::Bool(b),
+        Value::Number(n) if n.is_i64() => Param::Int(n.as_i64().unwrap_or_default()),
+        Value::String(s) => Param::Text(s),
+        other => Param::Other(other.to_string()),
+    }
 }
 
 /// Reads an unload's parameters: only `unload_dependents` (a bool).

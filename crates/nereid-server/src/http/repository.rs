@@ -7,7 +7,6 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
 use nereid_core::Error;
 use nereid_engine::{Engine, ModelState};
 use serde::de::DeserializeOwned;
@@ -15,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::ApiError;
-use crate::model_control::{self, Param};
+use crate::model_control;
 
 #[derive(Deserialize, Default)]
 struct IndexRequest {
@@ -67,11 +66,7 @@ pub async fn load(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: ControlRequest = parse_body(&body)?;
-    let params = request
-        .parameters
-        .into_iter()
-        .map(|(key, value)| load_param(&model, key, value))
-        .collect::<Result<Vec<_>, Error>>()?;
+    let params = model_control::load_params_from_json(&model, request.parameters)?;
     let request = model_control::load_request(&model, params)?;
     engine.load_model(&model, request).await?;
     Ok(empty_ok())
@@ -85,41 +80,10 @@ pub async fn unload(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: ControlRequest = parse_body(&body)?;
-    let params = request
-        .parameters
-        .into_iter()
-        .map(|(key, value)| (key, json_param(value)))
-        .collect();
+    let params = model_control::params_from_json(request.parameters);
     let dependents = model_control::unload_dependents(&model, params)?;
     engine.unload_model(&model, dependents).await?;
     Ok(empty_ok())
-}
-
-/// A JSON parameter as a [`Param`]; `file:` values are base64, as Triton
-/// and `tritonclient` send them.
-fn load_param(model: &str, key: String, value: Value) -> Result<(String, Param), Error> {
-    if key.starts_with("file:")
-        && let Value::String(text) = &value
-    {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .map_err(|e| {
-                Error::invalid_argument(format!(
-                    "failed to load '{model}': '{key}' is not valid base64: {e}"
-                ))
-            })?;
-        return Ok((key, Param::Bytes(bytes)));
-    }
-    Ok((key, json_param(value)))
-}
-
-fn json_param(value: Value) -> Param {
-    match value {
-        Value::Bool(b) => Param::Bool(b),
-        Value::Number(n) if n.is_i64() => Param::Int(n.as_i64().unwrap_or_default()),
-        Value::String(s) => Param::Text(s),
-        other => Param::Other(other.to_string()),
-    }
 }
 
 /// An optional JSON body: empty (or whitespace) means the defaults.
