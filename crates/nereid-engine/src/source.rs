@@ -2,6 +2,7 @@
 //! an optional config override, or a temporary folder written from a load
 //! request's file contents.
 
+use std::collections::HashSet;
 use std::path::{Component, Path};
 use std::sync::Arc;
 
@@ -82,19 +83,36 @@ pub fn check_load_request(name: &str, request: &LoadRequest) -> Result<(), Error
             "failed to load '{name}': 'file:' parameters need the 'config' parameter too"
         )));
     }
-    if !is_plain_relative(Path::new(name)) || name.contains('/') {
+    if !is_plain_relative(Path::new(name)) || name.contains(['/', '\0']) {
         return Err(Error::invalid_argument(format!(
             "failed to load '{name}': not a valid model name"
         )));
     }
     for (path, _) in &request.files {
-        if !is_plain_relative(Path::new(path)) {
+        if !is_plain_relative(Path::new(path)) || path.contains('\0') || path.ends_with('/') {
             return Err(Error::invalid_argument(format!(
                 "failed to load '{name}': file path 'file:{path}' must be relative and stay inside the model folder"
             )));
         }
     }
-    Ok(())
+    no_file_is_a_folder(name, &request.files)
+}
+
+/// Refuses `file:1/x` beside `file:1/x/y`: the folder could not be written.
+fn no_file_is_a_folder(name: &str, files: &[(String, Vec<u8>)]) -> Result<(), Error> {
+    let folders: HashSet<&Path> = files
+        .iter()
+        .flat_map(|(path, _)| Path::new(path).ancestors().skip(1))
+        .collect();
+    match files
+        .iter()
+        .find(|(path, _)| folders.contains(Path::new(path)))
+    {
+        None => Ok(()),
+        Some((path, _)) => Err(Error::invalid_argument(format!(
+            "failed to load '{name}': file path 'file:{path}' is also the folder of another file"
+        ))),
+    }
 }
 
 /// Writes `files` under `<temporary folder>/<name>/`; [`check_load_request`]
@@ -166,5 +184,29 @@ mod tests {
             err.message(),
             "failed to load 'nope', failed to poll from model repository"
         );
+    }
+
+    /// Found by the load_parameters fuzz target: these could not be
+    /// written and were answered as internal errors (HTTP 500).
+    #[test]
+    fn unwritable_paths_are_client_errors() {
+        type Files<'a> = &'a [(&'a str, &'a [u8])];
+        let cases: [(&str, Files<'_>); 5] = [
+            ("m", &[("1/a\0b", b"")]),
+            ("m\0", &[("1/x", b"")]),
+            ("m", &[("1/x", b""), ("1/x/y", b"")]),
+            ("m", &[("1/x/y/", b""), ("1//x", b"")]),
+            ("m", &[("1/x/", b"")]),
+        ];
+        for (name, files) in cases {
+            let err = for_request(name, request(files, true), None).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                nereid_core::ErrorKind::InvalidArgument,
+                "{name:?} {files:?}: {err}"
+            );
+        }
+        let ok = request(&[("1/x/a", b""), ("1/x/b", b""), ("1/y", b"")], true);
+        assert!(check_load_request("m", &ok).is_ok());
     }
 }
