@@ -23,7 +23,7 @@ DEFAULT_REPOSITORY := $(if $(findstring --model-repository,$(ARGS)),,$(RUN_REPOS
 # Python models' workers run on the venv `make run` sets up (it has numpy).
 PYTHON_BACKEND := $(if $(findstring python-path,$(ARGS)),,--backend-config=python,python-path=$(CURDIR)/$(PYTHON))
 
-.PHONY: run test setup setup-test setup-torch release build models torch-models lint fmt unit-test python-test perf-smoke bench clean
+.PHONY: run test setup setup-test setup-torch release build models torch-models lint fmt unit-test python-test perf-smoke bench fuzz clean
 
 ## Serve model_repository/ on HTTP 8000, gRPC 8001, metrics 8002
 ## (TORCH=1: with TorchScript support, and model_repository_torch/ too).
@@ -73,6 +73,19 @@ bench: setup-test release
 	benches/run.sh
 	benches/ensemble.sh
 	benches/protocol_extensions.sh
+
+## Runs every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz);
+## crashes land in fuzz/artifacts/<target>/. Not part of `make test`, which
+## replays fuzz/seeds/ and fuzz/regressions/ instead.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := http_infer_body json_tensor_data bytes_framing grpc_infer_request config_pbtxt load_parameters
+fuzz:
+	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+		mkdir -p corpus/$$t && \
+		$(CARGO) +nightly fuzz run $$t corpus/$$t seeds/$$t -- \
+			-max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 || exit 1; \
+	done
 
 fmt:
 	$(CARGO) fmt --all
