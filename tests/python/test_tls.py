@@ -110,24 +110,25 @@ def https_ready(pki: Pki, client_cert: bool):
     return ready
 
 
+def tls_server(tmp_path_factory, pki, repo, mutual_on: str):
+    """TLS on both endpoints, client certificates asked for on `mutual_on`."""
+    tmp = tmp_path_factory.mktemp(f"{mutual_on}-mutual")
+    flags = tls_flags("grpc", pki, mutual_on == "grpc") + tls_flags("http", pki, mutual_on == "http")
+    s = start_server(tmp, [repo], flags, ready=https_ready(pki, mutual_on == "http"))
+    yield s
+    assert stop_server(s) == 0, s.log()
+
+
 @pytest.fixture(scope="module")
 def grpc_mutual(tmp_path_factory, pki, repo):
     """Mutual TLS on gRPC, HTTPS without client certificates."""
-    tmp = tmp_path_factory.mktemp("grpc-mutual")
-    s = start_server(tmp, [repo], tls_flags("grpc", pki, True) + tls_flags("http", pki, False),
-                     ready=https_ready(pki, False))
-    yield s
-    assert stop_server(s) == 0, s.log()
+    yield from tls_server(tmp_path_factory, pki, repo, "grpc")
 
 
 @pytest.fixture(scope="module")
 def http_mutual(tmp_path_factory, pki, repo):
     """TLS on gRPC, HTTPS with client certificates."""
-    tmp = tmp_path_factory.mktemp("http-mutual")
-    s = start_server(tmp, [repo], tls_flags("grpc", pki, False) + tls_flags("http", pki, True),
-                     ready=https_ready(pki, True))
-    yield s
-    assert stop_server(s) == 0, s.log()
+    yield from tls_server(tmp_path_factory, pki, repo, "http")
 
 
 def operands():
