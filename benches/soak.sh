@@ -48,8 +48,12 @@ client() {
       awk -F, -v t=$(($(date +%s) - start)) -v m="$model" -v p="$protocol" '
         NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i }
         NR == 2 { printf "%d,%s,%s,%d,%d,ok\n", t, m, p, $col["Inferences/Second"], $col["p99 latency"] }' "$csv"
+    elif grep -q "Failed to obtain stable measurement" "$csv.log"; then
+      # No request failed: the load changed under the window (the last
+      # windows, as the other clients stop).
+      echo "$(($(date +%s) - start)),$model,$protocol,0,0,unstable"
     else
-      # perf_analyzer's own last words (an error, or no stable window).
+      # perf_analyzer's own last words.
       echo "$(($(date +%s) - start)),$model,$protocol,0,0,failed: $(grep -v '^\s*$' "$csv.log" | tail -n 1 | tr ',|' ';/')"
     fi
   done >"$work/windows-$model-$protocol.csv"
@@ -87,7 +91,7 @@ reloaded=$(grep -c "model folder changed: loading" "$work/nereid.log" || true)
 
 echo "Soak: ${seconds} s, 4 perf_analyzer clients at c16 (simple and mlp, HTTP and gRPC), $reloads config rewrites per model (every ${RELOAD_EVERY_S} s, poll mode); the server reloaded a model $reloaded times."
 echo
-echo "Server counted $successes successful and $failures failed requests; perf_analyzer windows that failed: $(cat "$work"/windows-*.csv | grep -c failed || true)."
+echo "Server counted $successes successful and $failures failed requests; perf_analyzer windows that failed: $(cat "$work"/windows-*.csv | grep -c failed || true), without a stable measurement: $(cat "$work"/windows-*.csv | grep -c unstable || true)."
 echo
 echo "| elapsed s | model | protocol | infer/s | p99 µs | status |"
 echo "|---:|---|---|---:|---:|---|"
