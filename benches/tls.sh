@@ -6,7 +6,7 @@
 # connections, so this is the cost per request, not per handshake. Prints a
 # markdown table for docs/benchmarks.md ("TLS").
 #
-#   benches/tls.sh     # after `make setup-test` and `make release`
+#   benches/tls.sh     # after `make setup-test` and `make release`; needs openssl
 #
 # Environment: TLS_ROUNDS (2), TLS_REQUESTS (requests per window, 2000),
 # NEREID_BIN (target/release/nereid).
