@@ -88,7 +88,17 @@ pub fn check_load_request(name: &str, request: &LoadRequest) -> Result<(), Error
             "failed to load '{name}': not a valid model name"
         )));
     }
+    if too_long(name) {
+        return Err(Error::invalid_argument(format!(
+            "failed to load '{name}': the model name is longer than {NAME_MAX} bytes"
+        )));
+    }
     for (path, _) in &request.files {
+        if too_long(path) {
+            return Err(Error::invalid_argument(format!(
+                "failed to load '{name}': file path 'file:{path}' has a name longer than {NAME_MAX} bytes or is longer than {PATH_MAX} bytes"
+            )));
+        }
         if !is_plain_relative(Path::new(path)) || path.contains('\0') || path.ends_with('/') {
             return Err(Error::invalid_argument(format!(
                 "failed to load '{name}': file path 'file:{path}' must be relative and stay inside the model folder"
@@ -96,6 +106,16 @@ pub fn check_load_request(name: &str, request: &LoadRequest) -> Result<(), Error
         }
     }
     no_file_is_a_folder(name, &request.files)
+}
+
+/// The longest file name Linux file systems take, and a bound on a whole
+/// `file:` path that leaves room for the temporary folder it is written in.
+const NAME_MAX: usize = 255;
+const PATH_MAX: usize = 3072;
+
+/// A path no file system here could write.
+fn too_long(path: &str) -> bool {
+    path.len() > PATH_MAX || path.split('/').any(|part| part.len() > NAME_MAX)
 }
 
 /// Refuses `file:1/x` beside `file:1/x/y`: the folder could not be written.
@@ -191,7 +211,13 @@ mod tests {
     #[test]
     fn unwritable_paths_are_client_errors() {
         type Files<'a> = &'a [(&'a str, &'a [u8])];
-        let cases: [(&str, Files<'_>); 5] = [
+        let long_name = "n".repeat(256);
+        let long_file = format!("1/{}", "f".repeat(256));
+        let long_path = format!("1/{}", "d/".repeat(1600));
+        let cases: [(&str, Files<'_>); 8] = [
+            (&long_name, &[("1/x", b"")]),
+            ("m", &[(&long_file, b"")]),
+            ("m", &[(long_path.trim_end_matches('/'), b"")]),
             ("m", &[("1/a\0b", b"")]),
             ("m\0", &[("1/x", b"")]),
             ("m", &[("1/x", b""), ("1/x/y", b"")]),

@@ -44,11 +44,15 @@ pub fn check_params(model: &str, params: Vec<(String, Param)>) {
     match check_load_request(model, &request) {
         Ok(()) if !request.files.is_empty() => {
             assert!(stays_inside(model), "model name {model:?}");
-            assert!(!model.contains('\0'), "model name {model:?}");
+            assert!(
+                !model.contains('\0') && model.len() <= 255,
+                "model name {model:?}"
+            );
             for (path, _) in &request.files {
                 assert!(stays_inside(path), "file path {path:?}");
                 // Paths that cannot be written are refused, not failed later.
                 assert!(!path.contains('\0') && !path.ends_with('/'), "{path:?}");
+                assert!(path.split('/').all(|part| part.len() <= 255), "{path:?}");
             }
         }
         Ok(()) => {}
