@@ -107,11 +107,13 @@ other_busy_pct() {
 
 # Waits until the server PID answers READY_URL with 200, failing with the
 # tail of LOG when it exits or READY_TIMEOUT_S passes; logs how long it took.
-#   wait_ready PID READY_URL LOG NAME     (sets READY_MS)
+# CURL_ARGS go to curl (for HTTPS, --cacert).
+#   wait_ready PID READY_URL LOG NAME [CURL_ARGS...]     (sets READY_MS)
 wait_ready() {
   local pid=$1 url=$2 logfile=$3 name=$4 t0
+  shift 4
   t0=$(now_ms)
-  until curl -sf -o /dev/null "$url"; do
+  until curl -sf -o /dev/null "$@" "$url"; do
     kill -0 "$pid" 2>/dev/null || { tail -n 30 "$logfile" >&2; die "$name exited"; }
     (($(now_ms) - t0 < READY_TIMEOUT_S * 1000)) || { tail -n 30 "$logfile" >&2; die "$name not ready"; }
     sleep 0.02

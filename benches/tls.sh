@@ -50,13 +50,12 @@ start() {
     --grpc-address 127.0.0.1 --metrics-address 127.0.0.1 "${extra[@]}" \
     >"$work/nereid-$1.log" 2>&1 &
   pid=$!
-  local probe=(curl -sf "http://127.0.0.1:$http/v2/health/ready")
-  [ "$1" = tls ] && probe=(curl -sf --cacert "$pki/ca.pem" "https://localhost:$http/v2/health/ready")
-  for ((i = 0; i < READY_TIMEOUT_S * 10; i++)); do
-    "${probe[@]}" >/dev/null && return 0
-    sleep 0.1
-  done
-  die "nereid ($1) did not become ready: $(tail -n 3 "$work/nereid-$1.log")"
+  if [ "$1" = tls ]; then
+    wait_ready "$pid" "https://localhost:$http/v2/health/ready" "$work/nereid-$1.log" \
+      "nereid (tls)" --cacert "$pki/ca.pem"
+  else
+    wait_ready "$pid" "http://127.0.0.1:$http/v2/health/ready" "$work/nereid-$1.log" "nereid (plain)"
+  fi
 }
 
 # measure MODE PROTOCOL CONCURRENCY ROUND: one CSV line

@@ -210,10 +210,6 @@ impl Restrictions {
         Ok(restrictions)
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.keys.iter().all(Option::is_none)
-    }
-
     /// `Err` with the header expected when `group` is restricted and
     /// `headers` lack its key.
     fn check(&self, group: ApiGroup, headers: &HeaderMap) -> Result<(), &str> {
