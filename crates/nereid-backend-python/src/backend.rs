@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use nereid_core::config_json::{model_config_from_json, model_config_json};
 use nereid_core::model_config::ModelConfig;
-use nereid_core::{
-    Backend, BackendError, Device, InferService, ModelInstance, ModelIo, ModelSource,
-};
+use nereid_core::{Backend, BackendError, InferService, ModelInstance, ModelIo, ModelSource};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -77,7 +75,9 @@ fn config_json(config: &ModelConfig) -> Result<Value, BackendError> {
     serde_json::from_slice(&bytes).map_err(|e| BackendError::Load(e.to_string()))
 }
 
-/// Triton's `args` for `initialize`.
+/// Triton's `args` for `initialize`: the instance's kind (`CPU`, `GPU`,
+/// `MODEL`) and device id say where the model should place itself; the
+/// backend moves nothing to a GPU.
 fn initialize_args(source: &ModelSource) -> Result<Value, BackendError> {
     let config =
         model_config_json(&source.config).map_err(|e| BackendError::Load(e.to_string()))?;
@@ -85,9 +85,9 @@ fn initialize_args(source: &ModelSource) -> Result<Value, BackendError> {
     let repository = version_dir.parent().unwrap_or(version_dir);
     Ok(json!({
         "model_config": String::from_utf8_lossy(&config),
-        "model_instance_kind": "CPU",
-        "model_instance_name": format!("{}_{}", source.model_name, source.instance_index),
-        "model_instance_device_id": "0",
+        "model_instance_kind": source.device.kind_name(),
+        "model_instance_name": source.instance_name,
+        "model_instance_device_id": source.device.id().to_string(),
         "model_repository": repository,
         "model_version": source.version.to_string(),
         "model_name": source.model_name,
@@ -106,6 +106,13 @@ impl Backend for PythonBackend {
 
     fn default_model_filename(&self) -> &'static str {
         DEFAULT_MODEL_FILENAME
+    }
+
+    /// A Python model places itself (on `model_instance_device_id`), so as
+    /// in Triton a GPU machine gives it `KIND_GPU` instances by default;
+    /// one that ignores the GPU still runs.
+    fn gpu_capable(&self) -> bool {
+        true
     }
 
     fn inspect(&self, _: &Path) -> Result<ModelIo, BackendError> {
@@ -145,11 +152,6 @@ impl Backend for PythonBackend {
             source.model_name, source.version, source.instance_index
         );
         refuse_execution_env(&source.config)?;
-        if let Device::Gpu(id) = source.device {
-            return Err(BackendError::Unsupported(format!(
-                "{label}: asks for GPU {id}; Nereid's Python backend runs models on the CPU (use KIND_CPU)"
-            )));
-        }
         if !source.model_path.is_file() {
             return Err(BackendError::Load(format!(
                 "{label}: unable to find '{}'",

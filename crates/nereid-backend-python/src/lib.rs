@@ -10,6 +10,11 @@
 //! through shared-memory files (`shm.rs`). A batch reaches the worker as
 //! its list of requests, each answered on its own.
 //!
+//! Instances of every kind (`KIND_CPU`, `KIND_GPU`, `KIND_MODEL`) run the
+//! same way: the kind and GPU id reach `initialize(args)` and the model
+//! places itself, as in Triton; GPU tensors it returns are copied to host
+//! memory by the worker (`python/nereid_pb/gpu.py`).
+//!
 //! A model's BLS calls (`pb_utils.InferenceRequest(...).exec()`) go through
 //! the server the backend is connected to (`PythonBackend::set_service`).
 //! A worker that dies is started again, up to a limit. Like the other backends, this crate depends on `nereid-core`

@@ -9,7 +9,7 @@ use std::path::Path;
 use tempfile::TempDir;
 
 /// Every file of `python/` a worker needs, by path relative to it.
-const SOURCES: [(&str, &str); 14] = [
+const SOURCES: [(&str, &str); 15] = [
     (
         "nereid_worker.py",
         include_str!("../python/nereid_worker.py"),
@@ -33,6 +33,10 @@ const SOURCES: [(&str, &str); 14] = [
     (
         "nereid_pb/errors.py",
         include_str!("../python/nereid_pb/errors.py"),
+    ),
+    (
+        "nereid_pb/gpu.py",
+        include_str!("../python/nereid_pb/gpu.py"),
     ),
     (
         "nereid_pb/inbox.py",

@@ -61,6 +61,7 @@ fn source(model: &ResolvedModel) -> ModelSource {
         config: model.config.clone(),
         device: Device::Cpu,
         instance_index: 0,
+        instance_name: format!("{}_0_0", model.name),
     }
 }
 
@@ -299,4 +300,58 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
     assert!(first.contains("request cancelled"), "{first}");
     let second = results.next().unwrap().unwrap();
     assert_eq!(f32s(&second[0].data), [1.0, 1.0]);
+}
+
+const ECHO_ARGS: &str = r#"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "ARGS" data_type: TYPE_STRING dims: [ 1 ] }, { name: "REQUEST" data_type: TYPE_STRING dims: [ 1 ] } ]
+"#;
+
+/// The `args` the echo_args model's `initialize` got, as it reports them.
+fn initialize_args(instance: &mut Box<dyn ModelInstance>) -> serde_json::Value {
+    let request = InferRequest {
+        inputs: vec![InputTensor {
+            shape: vec![1],
+            ..f32_input("INPUT0", &[1.0])
+        }],
+        ..Default::default()
+    };
+    let outputs = vec!["ARGS".to_string()];
+    let batch = [BatchRequest {
+        request: &request,
+        outputs: &outputs,
+        cancelled: &|| false,
+    }];
+    let mut results = instance.as_request_wise().unwrap().execute_requests(&batch);
+    let tensors = results.pop().unwrap().unwrap();
+    // One BYTES element: a 4-byte length, then the JSON text.
+    serde_json::from_slice(&tensors[0].data[4..]).unwrap()
+}
+
+#[test]
+fn gpu_and_model_instances_load_and_tell_the_model_where_they_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let backends = vec![backend()];
+    assert!(backends[0].gpu_capable(), "Python models place themselves");
+    let repo = repository(dir.path(), "echo", "echo_args", ECHO_ARGS);
+    let model = resolve(&repo, "echo", &backends).unwrap();
+    for (device, kind, id, name) in [
+        (Device::Gpu(1), "GPU", "1", "echo_1"),
+        (Device::Model, "MODEL", "0", "group_0"),
+        (Device::Cpu, "CPU", "0", "echo_0_0"),
+    ] {
+        let source = ModelSource {
+            device,
+            instance_name: name.into(),
+            ..source(&model)
+        };
+        let mut instance = backends[0].load(&source).unwrap();
+        let args = initialize_args(&mut instance);
+        assert_eq!(args["model_instance_kind"], kind, "{args}");
+        assert_eq!(args["model_instance_device_id"], id, "{args}");
+        assert_eq!(args["model_instance_name"], name, "{args}");
+        assert_eq!(args["model_name"], "echo", "{args}");
+    }
 }

@@ -8,11 +8,15 @@ land in pages of the worker's own, see shm.InputFiles), valid while
 `execute` runs; smaller inputs and BYTES are copies. Tensors a model builds
 wrap the model's array, which the worker copies into shared memory when the
 response is sent.
+
+A GPU tensor (from `Tensor.from_dlpack` of CUDA memory) is a GpuTensor: it
+holds the producer (see gpu.py) instead of an array; `to_host` copies it
+when it leaves for the server, which takes host memory only.
 """
 
 import numpy as np
 
-from . import dlpack
+from . import dlpack, gpu
 from .dtypes import TRITONSERVER_TYPE_BF16, TRITONSERVER_TYPE_BYTES, array_triton_type
 from .errors import TritonModelException
 
@@ -74,7 +78,7 @@ class Tensor:
         return [int(dim) for dim in self._array.shape]
 
     def is_cpu(self):
-        """Always True: Nereid's Python backend keeps tensors in CPU memory."""
+        """True: the tensor is in CPU memory (inputs always are)."""
         return True
 
     def to_dlpack(self):
@@ -97,10 +101,57 @@ class Tensor:
         """A Tensor named `name` sharing the memory of `tensor`, a DLPack
         capsule or an object with `__dlpack__`/`__dlpack_device__`."""
         _check_name(name)
+        if isinstance(tensor, GpuTensor):
+            return GpuTensor(name, tensor._data)
+        if not isinstance(tensor, np.ndarray) and dlpack.device_type(tensor) == dlpack.KDL_CUDA:
+            return GpuTensor(name, gpu.hold(tensor))
         array, bf16 = dlpack.import_array(tensor)
         if bf16:
             return Tensor._wrap(name, array, TRITONSERVER_TYPE_BF16)
         return Tensor(name, array)
 
+    def to_host(self):
+        """The tensor in host memory (itself, for a CPU tensor)."""
+        return self
+
     def __repr__(self):
         return f"Tensor({self._name!r}, dtype={self._triton_type}, shape={self.shape()})"
+
+
+class GpuTensor(Tensor):
+    """A Tensor over GPU memory: no array; DLPack hands out the GPU memory
+    itself, as Triton's does."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, name, data):
+        self._name = name
+        self._array = None
+        self._triton_type = data.triton_type
+        self._data = data
+
+    def as_numpy(self):
+        raise TritonModelException("Tensor is stored in GPU and cannot be converted to NumPy.")
+
+    def shape(self):
+        return list(self._data.shape)
+
+    def is_cpu(self):
+        return False
+
+    def __dlpack__(self, stream=None, **protocol_options):
+        return self._data.export(stream, **protocol_options)
+
+    def __dlpack_device__(self):
+        return (dlpack.KDL_CUDA, self._data.device_id)
+
+    def to_host(self):
+        """A CPU Tensor with a host copy of the data (the producer copies)."""
+        array, bf16 = gpu.host_array(self._data, self._name)
+        if bf16:
+            return Tensor._wrap(self._name, array, TRITONSERVER_TYPE_BF16)
+        return Tensor(self._name, array)
+
+    def __repr__(self):
+        return (f"Tensor({self._name!r}, dtype={self._triton_type}, shape={self.shape()}, "
+                f"device=cuda:{self._data.device_id})")

@@ -224,7 +224,9 @@ def descriptor_json(name, triton_type, shape, path_json, offset, size):
 def write_tensors(tensors, arena):
     """Copy Tensors into one new arena Block; returns their descriptors (as
     JSON texts, see descriptor_json) and the Block. On failure frees the
-    Block and re-raises."""
+    Block and re-raises. GPU tensors are copied to host memory first (the
+    server reads shared host memory only)."""
+    tensors = [tensor if tensor._array is not None else tensor.to_host() for tensor in tensors]
     payloads, sizes = [], []
     for tensor in tensors:
         if tensor._triton_type == TRITONSERVER_TYPE_BYTES:
