@@ -213,7 +213,7 @@ impl Backend for TorchBackend {
     fn load(&self, source: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError> {
         let label = format!("model '{}' version {}", source.model_name, source.version);
         let device = match source.device {
-            Device::Cpu => None,
+            Device::Cpu | Device::Model => None,
             Device::Gpu(id) => {
                 ffi::cuda_ready(id).map_err(|e| {
                     BackendError::Unsupported(format!(

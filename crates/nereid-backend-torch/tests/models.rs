@@ -44,6 +44,7 @@ fn source(model: &ResolvedModel, device: Device) -> ModelSource {
         config: model.config.clone(),
         device,
         instance_index: 0,
+        instance_name: format!("{}_0_0", model.name),
     }
 }
 

@@ -67,11 +67,37 @@ pub struct ModelIo {
     pub outputs: Vec<IoSpec>,
 }
 
-/// Where an instance runs.
+/// Where an instance runs: its instance group's kind, with the GPU for
+/// `KIND_GPU`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Device {
     Cpu,
+    /// The CUDA device ordinal, as the driver numbers the visible devices.
     Gpu(u32),
+    /// `KIND_MODEL`: the model places itself (a TorchScript module saved
+    /// with its tensors on their devices, a Python model that picks its
+    /// own); the backend moves nothing.
+    Model,
+}
+
+impl Device {
+    /// Triton's name for the kind: `CPU`, `GPU` or `MODEL` (a Python
+    /// model's `model_instance_kind`).
+    pub fn kind_name(self) -> &'static str {
+        match self {
+            Device::Cpu => "CPU",
+            Device::Gpu(_) => "GPU",
+            Device::Model => "MODEL",
+        }
+    }
+
+    /// The device id Triton reports for the instance: the GPU's, else 0.
+    pub fn id(self) -> u32 {
+        match self {
+            Device::Gpu(id) => id,
+            Device::Cpu | Device::Model => 0,
+        }
+    }
 }
 
 /// Everything a backend needs to create one instance of a model version.
@@ -86,6 +112,8 @@ pub struct ModelSource {
     pub device: Device,
     /// Index of this instance among the model's instances, for logs.
     pub instance_index: usize,
+    /// Triton's instance name: `<instance group name>_<index in the group>`.
+    pub instance_name: String,
 }
 
 /// A batch handed to an instance: one contiguous tensor per input, whose
@@ -122,6 +150,14 @@ pub trait Backend: Send + Sync {
         _model_path: &std::path::Path,
     ) -> Option<Result<ModelConfig, BackendError>> {
         None
+    }
+
+    /// Whether this backend can run instances on GPUs on this machine
+    /// (its runtime has CUDA). When it can and GPUs exist, a model whose
+    /// config names no instance kind gets `KIND_GPU` instances, as in
+    /// Triton; when it cannot, `KIND_CPU` ones. `false` by default.
+    fn gpu_capable(&self) -> bool {
+        false
     }
 
     /// Creates one instance, ready to execute.

@@ -116,8 +116,10 @@ impl Engine {
         control: ModelControl,
         backends: Vec<Arc<dyn Backend>>,
     ) -> Engine {
-        let repository = Repository::new(options.repositories.clone(), options.strict_model_config);
+        let repository = Repository::new(options.repositories.clone(), options.strict_model_config)
+            .with_gpus(options.devices.gpu_ids());
         let cache = options.response_cache_bytes.map(cache::ResponseCache::new);
+        let shared_memory = SharedMemoryRegistry::new(options.devices.clone());
         Engine {
             inner: Arc::new(Inner {
                 options,
@@ -129,7 +131,7 @@ impl Engine {
                 watcher: Mutex::new(None),
                 janitor: memory::Janitor::start(),
                 cache,
-                shared_memory: SharedMemoryRegistry::default(),
+                shared_memory,
                 links: Mutex::new(ensemble::Links::default()),
                 started: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
@@ -334,6 +336,11 @@ impl Engine {
     }
 
     /// The system shared memory regions clients registered.
+    /// The GPUs this server uses (none on a CPU machine).
+    pub fn devices(&self) -> &nereid_device::Devices {
+        &self.inner.options.devices
+    }
+
     pub fn shared_memory(&self) -> &SharedMemoryRegistry {
         &self.inner.shared_memory
     }

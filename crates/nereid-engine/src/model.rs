@@ -300,16 +300,18 @@ impl LoadedVersion {
     }
 }
 
-/// One `ModelSource` per instance the config's instance groups ask for.
+/// One `ModelSource` per instance the config's instance groups ask for:
+/// `count` on each GPU a `KIND_GPU` group lists, `count` of the others.
+/// Each is named as Triton names it, `<group>_<index in the group>`.
 fn instance_sources(
     config: &ModelConfig,
     version: i64,
     model_path: &std::path::Path,
 ) -> Result<Vec<ModelSource>, Error> {
-    let mut devices = Vec::new();
+    let mut placed: Vec<(Device, String)> = Vec::new();
     for group in &config.instance_group {
         let count = usize::try_from(group.count.max(1)).unwrap_or(1);
-        match group.kind() {
+        let devices: Vec<Device> = match group.kind() {
             Kind::Gpu => {
                 if group.gpus.is_empty() {
                     return Err(Error::invalid_argument(format!(
@@ -317,29 +319,37 @@ fn instance_sources(
                         group.name, config.name
                     )));
                 }
-                for &gpu in &group.gpus {
-                    let gpu = u32::try_from(gpu).unwrap_or(0);
-                    devices.extend(std::iter::repeat_n(Device::Gpu(gpu), count));
-                }
+                group
+                    .gpus
+                    .iter()
+                    .filter_map(|&gpu| u32::try_from(gpu).ok())
+                    .flat_map(|gpu| std::iter::repeat_n(Device::Gpu(gpu), count))
+                    .collect()
             }
-            Kind::Cpu | Kind::Auto | Kind::Model => {
-                devices.extend(std::iter::repeat_n(Device::Cpu, count))
-            }
-        }
+            Kind::Model => vec![Device::Model; count],
+            Kind::Cpu | Kind::Auto => vec![Device::Cpu; count],
+        };
+        placed.extend(
+            devices
+                .into_iter()
+                .enumerate()
+                .map(|(index, device)| (device, format!("{}_{index}", group.name))),
+        );
     }
-    if devices.is_empty() {
-        devices.push(Device::Cpu);
+    if placed.is_empty() {
+        placed.push((Device::Cpu, format!("{}_0", config.name)));
     }
-    Ok(devices
+    Ok(placed
         .into_iter()
         .enumerate()
-        .map(|(instance_index, device)| ModelSource {
+        .map(|(instance_index, (device, instance_name))| ModelSource {
             model_name: config.name.clone(),
             version,
             model_path: model_path.to_path_buf(),
             config: config.clone(),
             device,
             instance_index,
+            instance_name,
         })
         .collect())
 }
@@ -348,4 +358,107 @@ fn instance_sources(
 /// version folder (1). Labels and warmup files are named relative to it.
 fn model_dir(path: &std::path::Path, levels: usize) -> &std::path::Path {
     path.ancestors().nth(levels).unwrap_or(path)
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use nereid_core::model_config::ModelInstanceGroup;
+    use nereid_repository::normalize_and_validate;
+
+    use super::*;
+
+    fn placed(
+        groups: Vec<ModelInstanceGroup>,
+        gpus: &[u32],
+    ) -> Result<Vec<(Device, String)>, String> {
+        let mut config = ModelConfig {
+            name: "m".into(),
+            backend: "python".into(),
+            instance_group: groups,
+            ..Default::default()
+        };
+        normalize_and_validate(&mut config, gpus, true).map_err(|e| e.to_string())?;
+        let sources = instance_sources(&config, 1, std::path::Path::new("/m/1/model.py"))
+            .map_err(|e| e.to_string())?;
+        Ok(sources
+            .into_iter()
+            .map(|s| (s.device, s.instance_name))
+            .collect())
+    }
+
+    fn group(kind: Kind, count: i32, gpus: Vec<i32>) -> ModelInstanceGroup {
+        let mut g = ModelInstanceGroup {
+            count,
+            gpus,
+            ..Default::default()
+        };
+        g.set_kind(kind);
+        g
+    }
+
+    #[test]
+    fn an_omitted_group_places_one_instance_per_gpu() {
+        for count in [0u32, 1, 2, 8] {
+            let gpus: Vec<u32> = (0..count).collect();
+            let devices: Vec<Device> = placed(vec![], &gpus)
+                .unwrap()
+                .into_iter()
+                .map(|(d, _)| d)
+                .collect();
+            let expected = match count {
+                0 => vec![Device::Cpu],
+                n => (0..n).map(Device::Gpu).collect(),
+            };
+            assert_eq!(devices, expected, "{count} GPUs");
+        }
+    }
+
+    #[test]
+    fn counts_multiply_by_listed_gpus_and_names_follow_groups() {
+        let gpus: Vec<u32> = (0..8).collect();
+        let got = placed(
+            vec![
+                group(Kind::Gpu, 2, vec![1, 3]),
+                group(Kind::Cpu, 1, vec![]),
+                group(Kind::Model, 1, vec![]),
+            ],
+            &gpus,
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (Device::Gpu(1), "m_0_0".to_string()),
+                (Device::Gpu(1), "m_0_1".to_string()),
+                (Device::Gpu(3), "m_0_2".to_string()),
+                (Device::Gpu(3), "m_0_3".to_string()),
+                (Device::Cpu, "m_1_0".to_string()),
+                (Device::Model, "m_2_0".to_string()),
+            ]
+        );
+        let all = placed(vec![group(Kind::Gpu, 2, vec![])], &gpus[..2]).unwrap();
+        assert_eq!(
+            all.iter().map(|(d, _)| *d).collect::<Vec<_>>(),
+            [
+                Device::Gpu(0),
+                Device::Gpu(0),
+                Device::Gpu(1),
+                Device::Gpu(1)
+            ]
+        );
+    }
+
+    #[test]
+    fn gpu_groups_without_gpus_get_tritons_errors() {
+        let err = placed(vec![group(Kind::Gpu, 1, vec![])], &[]).unwrap_err();
+        assert!(
+            err.contains("has kind KIND_GPU but no GPUs are available"),
+            "{err}"
+        );
+        let err = placed(vec![group(Kind::Gpu, 1, vec![2])], &[0, 1]).unwrap_err();
+        assert!(
+            err.contains("specifies invalid or unsupported gpu id 2. GPUs with at least the minimum required CUDA compute compatibility are: 0, 1"),
+            "{err}"
+        );
+    }
 }

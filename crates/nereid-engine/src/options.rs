@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nereid_core::model_config::ModelConfig;
+use nereid_device::Devices;
 
 /// tritonserver's `--model-control-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -30,6 +31,8 @@ pub struct EngineOptions {
     /// Size in bytes of the response cache (`--cache-config local,size=N`);
     /// `None`: no cache, so `response_cache { enable: true }` has no effect.
     pub response_cache_bytes: Option<u64>,
+    /// The GPUs instances may run on and CUDA shared memory may live on.
+    pub devices: Devices,
 }
 
 /// When models load and unload: tritonserver's `--model-control-mode`,

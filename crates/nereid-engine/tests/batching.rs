@@ -106,6 +106,7 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
         strict_model_config: true,
         strict_readiness: true,
         response_cache_bytes: None,
+        devices: Default::default(),
     };
     let engine = Engine::new(options, vec![Arc::new(backend)]);
     engine.load_all().unwrap();

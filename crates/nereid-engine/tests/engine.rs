@@ -20,6 +20,7 @@ fn engine(root: &Path) -> (Engine, Controls) {
         strict_model_config: false,
         strict_readiness: true,
         response_cache_bytes: None,
+        devices: Default::default(),
     };
     let engine = Engine::new(options, vec![Arc::new(backend)]);
     engine.load_all().unwrap();

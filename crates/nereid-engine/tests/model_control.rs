@@ -27,6 +27,7 @@ fn engine(root: &Path, mode: ControlMode, startup: &[&str]) -> (Engine, Controls
         strict_model_config: false,
         strict_readiness: true,
         response_cache_bytes: None,
+        devices: Default::default(),
     };
     let control = ModelControl {
         mode,

@@ -23,6 +23,7 @@ fn poll_engine(root: &Path) -> Engine {
         strict_model_config: false,
         strict_readiness: true,
         response_cache_bytes: None,
+        devices: Default::default(),
     };
     let control = ModelControl {
         mode: ControlMode::Poll,

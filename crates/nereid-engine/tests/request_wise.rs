@@ -25,6 +25,7 @@ async fn each_request_of_a_batch_gets_its_own_answer() {
         strict_model_config: false,
         strict_readiness: true,
         response_cache_bytes: None,
+        devices: Default::default(),
     };
     let engine = Engine::new(options, vec![Arc::new(backend)]);
     engine.load_all().unwrap();

@@ -25,7 +25,7 @@ pub fn check(data: &[u8]) {
     round_trip(&config);
     for gpus in [&[][..], &[0, 1]] {
         let mut config = config.clone();
-        if normalize_and_validate(&mut config, gpus).is_ok() {
+        if normalize_and_validate(&mut config, gpus, true).is_ok() {
             round_trip(&config);
         }
     }

@@ -39,7 +39,7 @@ pub fn check_params(model: &str, params: Vec<(String, Param)>) {
     };
     if let Some(config) = &request.config {
         // Whatever the config says, validation answers.
-        let _ = normalize_and_validate(&mut config.clone(), &[]);
+        let _ = normalize_and_validate(&mut config.clone(), &[], false);
     }
     match check_load_request(model, &request) {
         Ok(()) if !request.files.is_empty() => {

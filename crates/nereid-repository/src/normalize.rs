@@ -18,8 +18,9 @@ const SEQUENCE_IDLE_DEFAULT_MICROSECONDS: u64 = 1_000_000;
 /// `SetDefaultInstanceCount`: TensorFlow and ONNX Runtime).
 const TWO_CPU_INSTANCE_BACKENDS: [&str; 2] = ["tensorflow", "onnxruntime"];
 
-/// Fills Triton's defaults into `config`; `gpus` are the GPU ids available.
-pub(crate) fn normalize(config: &mut ModelConfig, gpus: &[u32]) {
+/// Fills Triton's defaults into `config`; `gpus` are the GPU ids available,
+/// `gpu_backend` whether the model's backend can run on them.
+pub(crate) fn normalize(config: &mut ModelConfig, gpus: &[u32], gpu_backend: bool) {
     if config.version_policy.is_none() {
         config.version_policy = Some(versions::default_policy());
     }
@@ -58,14 +59,14 @@ pub(crate) fn normalize(config: &mut ModelConfig, gpus: &[u32]) {
     if optimization.output_pinned_memory.is_none() {
         optimization.output_pinned_memory = enabled();
     }
-    normalize_instance_groups(config, gpus);
+    normalize_instance_groups(config, gpus, gpu_backend);
 }
 
 /// One default group named after the model when there is none; then for
 /// every group a name (`<model>_<index>`), a kind (KIND_AUTO becomes GPU
-/// when every listed GPU exists, else CPU), a count and, for GPU groups
-/// that list none, every GPU.
-fn normalize_instance_groups(config: &mut ModelConfig, gpus: &[u32]) {
+/// when the backend can use GPUs and every listed GPU exists, else CPU), a
+/// count and, for GPU groups that list none, every GPU.
+fn normalize_instance_groups(config: &mut ModelConfig, gpus: &[u32], gpu_backend: bool) {
     if config.instance_group.is_empty() {
         config.instance_group.push(ModelInstanceGroup {
             name: config.name.clone(),
@@ -79,7 +80,7 @@ fn normalize_instance_groups(config: &mut ModelConfig, gpus: &[u32]) {
         }
         if group.kind() == Kind::Auto {
             let all_present = group.gpus.iter().all(|g| all_gpus.contains(g));
-            let kind = if all_gpus.is_empty() || !all_present {
+            let kind = if !gpu_backend || all_gpus.is_empty() || !all_present {
                 Kind::Cpu
             } else {
                 Kind::Gpu
@@ -115,7 +116,7 @@ mod tests {
     #[test]
     fn fills_triton_defaults() {
         let mut c = config("pytorch");
-        normalize(&mut c, &[]);
+        normalize(&mut c, &[], true);
         assert!(matches!(
             c.version_policy.as_ref().and_then(|p| p.policy_choice.as_ref()),
             Some(PolicyChoice::Latest(l)) if l.num_versions == 1
@@ -140,7 +141,7 @@ mod tests {
     #[test]
     fn onnxruntime_gets_two_cpu_instances() {
         let mut c = config("onnxruntime");
-        normalize(&mut c, &[]);
+        normalize(&mut c, &[], true);
         assert_eq!(c.instance_group[0].count, 2);
     }
 
@@ -151,7 +152,7 @@ mod tests {
         if let Some(o) = c.optimization.as_mut() {
             o.input_pinned_memory = Some(PinnedMemoryBuffer { enable: false });
         }
-        normalize(&mut c, &[]);
+        normalize(&mut c, &[], true);
         let opt = c.optimization.as_ref().unwrap();
         assert_eq!(
             opt.input_pinned_memory,
@@ -177,7 +178,7 @@ mod tests {
                 ..Default::default()
             },
         ];
-        normalize(&mut c, &[0, 1]);
+        normalize(&mut c, &[0, 1], true);
         let g = &c.instance_group;
         assert_eq!(
             (g[0].name.as_str(), g[0].kind(), g[0].count),
@@ -195,13 +196,34 @@ mod tests {
     }
 
     #[test]
+    fn an_omitted_group_follows_the_backend_and_the_gpus() {
+        for (gpus, gpu_backend, kind, listed) in [
+            (&[][..], true, Kind::Cpu, vec![]),
+            (&[0][..], true, Kind::Gpu, vec![0]),
+            (
+                &[0, 1, 2, 3, 4, 5, 6, 7][..],
+                true,
+                Kind::Gpu,
+                (0..8).collect(),
+            ),
+            // A backend whose runtime has no CUDA stays on the CPU.
+            (&[0, 1][..], false, Kind::Cpu, vec![]),
+        ] {
+            let mut c = config("python");
+            normalize(&mut c, gpus, gpu_backend);
+            let g = &c.instance_group[0];
+            assert_eq!((g.kind(), g.count, g.gpus.clone()), (kind, 1, listed));
+        }
+    }
+
+    #[test]
     fn batching_defaults() {
         let mut c = config("onnxruntime");
         c.max_batch_size = 8;
         c.scheduling_choice = Some(SchedulingChoice::DynamicBatching(
             ModelDynamicBatching::default(),
         ));
-        normalize(&mut c, &[]);
+        normalize(&mut c, &[], true);
         let Some(SchedulingChoice::DynamicBatching(b)) = &c.scheduling_choice else {
             panic!()
         };
@@ -211,7 +233,7 @@ mod tests {
         c.scheduling_choice = Some(SchedulingChoice::SequenceBatching(
             ModelSequenceBatching::default(),
         ));
-        normalize(&mut c, &[]);
+        normalize(&mut c, &[], true);
         let Some(SchedulingChoice::SequenceBatching(s)) = &c.scheduling_choice else {
             panic!()
         };
@@ -224,7 +246,7 @@ mod tests {
         c.scheduling_choice = Some(SchedulingChoice::EnsembleScheduling(
             ModelEnsembling::default(),
         ));
-        normalize(&mut c, &[]);
+        normalize(&mut c, &[], true);
         assert!(c.instance_group.is_empty());
         assert!(c.optimization.is_none());
         assert!(c.version_policy.is_some());

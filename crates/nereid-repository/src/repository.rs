@@ -181,7 +181,8 @@ impl Repository {
             }
             Some(backend)
         };
-        normalize_and_validate(&mut config, &self.gpus)?;
+        let gpu_backend = backend.as_ref().is_some_and(|b| b.gpu_capable());
+        normalize_and_validate(&mut config, &self.gpus, gpu_backend)?;
         let versions = self.version_paths(&config, &entry.path, &on_disk)?;
         Ok(ResolvedModel {
             name: config.name.clone(),
@@ -306,8 +307,15 @@ impl Repository {
 /// after autofill: what a strict repository (`--strict-model-config`)
 /// checks of a config that names its backend. No file is read, so fuzz
 /// and property tests can reach validation with any parsed config.
-pub fn normalize_and_validate(config: &mut ModelConfig, gpus: &[u32]) -> Result<(), ModelError> {
-    normalize::normalize(config, gpus);
+/// `gpus` are the GPUs instances may use; `gpu_backend` says whether the
+/// model's backend can use them, which decides what kind an instance
+/// group that names none (`KIND_AUTO`) gets.
+pub fn normalize_and_validate(
+    config: &mut ModelConfig,
+    gpus: &[u32],
+    gpu_backend: bool,
+) -> Result<(), ModelError> {
+    normalize::normalize(config, gpus, gpu_backend);
     validate::validate(config, gpus)?;
     Ok(())
 }

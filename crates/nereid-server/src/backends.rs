@@ -23,7 +23,31 @@ pub(crate) fn backends(
     config: &ServerConfig,
 ) -> (Vec<Arc<dyn Backend>>, Option<Arc<PythonBackend>>) {
     let (python, python_backend) = python(config);
-    (vec![onnx(config), torch(), python], python_backend)
+    (
+        vec![onnx(config), torch(), python, tensorrt()],
+        python_backend,
+    )
+}
+
+/// The shared libraries TensorRT 10 and 8 install.
+const LIBNVINFER: [&str; 3] = ["libnvinfer.so.10", "libnvinfer.so.8", "libnvinfer.so"];
+
+/// TensorRT engines (`model.plan`) need libnvinfer, which no package
+/// registry reachable from here serves; its models are UNAVAILABLE with
+/// the reason (docs/compatibility.md says what a TensorRT machine needs).
+fn tensorrt() -> Arc<dyn Backend> {
+    let reason = match nereid_device::find_library(&LIBNVINFER) {
+        None => "TensorRT runtime library (libnvinfer) not found".to_string(),
+        Some(found) => format!(
+            "TensorRT runtime library ({found}) was found, but this nereid cannot run              TensorRT engines yet; convert the model to ONNX and serve it with              onnxruntime's TensorRT execution provider (gpu_execution_accelerator 'tensorrt')"
+        ),
+    };
+    Arc::new(Unavailable {
+        name: "tensorrt",
+        platform: "tensorrt_plan",
+        default_model_filename: "model.plan",
+        reason,
+    })
 }
 
 fn python(config: &ServerConfig) -> (Arc<dyn Backend>, Option<Arc<PythonBackend>>) {

@@ -20,3 +20,13 @@ pub const EXTENSIONS: &[&str] = &[
     "logging",
     "trace",
 ];
+
+/// [`EXTENSIONS`], with `cuda_shared_memory` where a GPU can hold a
+/// region: the extension is there only where it works.
+pub fn extensions(engine: &nereid_engine::Engine) -> Vec<&'static str> {
+    let mut extensions = EXTENSIONS.to_vec();
+    if engine.shared_memory().cuda_supported() {
+        extensions.push("cuda_shared_memory");
+    }
+    extensions
+}

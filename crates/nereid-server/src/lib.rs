@@ -19,7 +19,6 @@ mod metrics;
 pub mod model_control;
 pub mod restricted;
 mod server;
-mod shared_memory;
 mod tls;
 pub mod trace;
 

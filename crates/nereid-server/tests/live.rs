@@ -20,6 +20,7 @@ async fn start() -> (RunningServer, String) {
             strict_model_config: false,
             strict_readiness: true,
             response_cache_bytes: None,
+            devices: Default::default(),
         },
         model_control: ModelControl::default(),
         exit_on_error: true,

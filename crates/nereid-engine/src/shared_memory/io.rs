@@ -1,15 +1,15 @@
-//! A request's tensors in shared memory: inputs become slices of their
-//! region (no copy) before the request is validated; outputs are located
-//! before it runs (so a bad region fails it early, as in Triton) and
-//! written once it has answered.
+//! A request's tensors in shared memory. Inputs in a system region become
+//! slices of it (no copy), inputs in a CUDA region are copied to host
+//! memory, before the request is validated; outputs are located before it
+//! runs (so a bad region fails it early, as in Triton) and written once it
+//! has answered.
 
 use std::ops::Range;
-use std::sync::Arc;
 
+use bytes::Bytes;
 use nereid_core::{Error, InferRequest, InferResponse, SharedMemoryRef};
 
-use super::region::Region;
-use super::{SharedMemoryError, SharedMemoryRegistry};
+use super::{Registered, SharedMemoryError, SharedMemoryRegistry};
 
 /// The outputs of a request that go into shared memory.
 #[derive(Debug, Default)]
@@ -20,8 +20,65 @@ pub struct SharedMemoryPlan {
 #[derive(Debug)]
 struct OutputTarget {
     output: String,
-    region: Arc<Region>,
+    region: Registered,
     range: Range<usize>,
+}
+
+impl Registered {
+    fn len(&self) -> u64 {
+        match self {
+            Registered::System(r) => r.len(),
+            Registered::Cuda(r) => r.memory.len(),
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Registered::System(r) => &r.status.name,
+            Registered::Cuda(r) => &r.name,
+        }
+    }
+
+    /// The bytes of `range`: a slice of a system region, a host copy of a
+    /// CUDA one.
+    fn input(&self, tensor: &str, range: Range<usize>) -> Result<Bytes, SharedMemoryError> {
+        match self {
+            Registered::System(r) => r
+                .slice(range)
+                .ok_or_else(|| SharedMemoryError::Range(r.status.name.clone())),
+            Registered::Cuda(r) => {
+                r.memory
+                    .read(range.start as u64, range.len())
+                    .map_err(|source| SharedMemoryError::Copy {
+                        tensor: tensor.to_string(),
+                        region: r.name.clone(),
+                        source,
+                    })
+            }
+        }
+    }
+
+    fn write(&self, output: &str, offset: usize, data: &[u8]) -> Result<(), SharedMemoryError> {
+        match self {
+            Registered::System(r) => {
+                r.write(offset as u64, data)
+                    .map_err(|source| SharedMemoryError::Write {
+                        output: output.to_string(),
+                        region: r.status.name.clone(),
+                        source,
+                    })
+            }
+            Registered::Cuda(r) => {
+                r.memory
+                    .write(offset as u64, data)
+                    .map_err(|source| SharedMemoryError::Copy {
+                        tensor: output.to_string(),
+                        region: r.name.clone(),
+                        source,
+                    })
+            }
+        }
+    }
 }
 
 impl SharedMemoryRegistry {
@@ -32,9 +89,7 @@ impl SharedMemoryRegistry {
         for input in &mut request.inputs {
             if let Some(place) = SharedMemoryRef::take(&mut input.parameters)? {
                 let (region, range) = self.locate(&place)?;
-                input.data = region
-                    .slice(range)
-                    .ok_or_else(|| SharedMemoryError::Range(place.region.clone()))?;
+                input.data = region.input(&input.name, range)?;
             }
         }
         let mut outputs = Vec::new();
@@ -56,7 +111,7 @@ impl SharedMemoryRegistry {
     fn locate(
         &self,
         place: &SharedMemoryRef,
-    ) -> Result<(Arc<Region>, Range<usize>), SharedMemoryError> {
+    ) -> Result<(Registered, Range<usize>), SharedMemoryError> {
         let region = self.get(&place.region)?;
         let size = region.len();
         if place.offset >= size {
@@ -67,7 +122,7 @@ impl SharedMemoryRegistry {
             .and_then(|b| place.offset.checked_add(b))
             .filter(|&end| end <= size)
             .ok_or_else(|| SharedMemoryError::Range(place.region.clone()))?;
-        // Both fit in the mapping's length, which is a usize.
+        // Both fit in the region's length, which was checked against memory.
         let start = usize::try_from(place.offset).unwrap_or(usize::MAX);
         let end = usize::try_from(end).unwrap_or(usize::MAX);
         Ok((region, start..end))
@@ -98,15 +153,11 @@ impl SharedMemoryPlan {
                     needed: tensor.data.len(),
                 });
             }
+            tracing::trace!(output = %target.output, region = target.region.name(), "writing an output to shared memory");
             target
                 .region
-                .write(target.range.start as u64, &tensor.data)
-                .map_err(|source| SharedMemoryError::Write {
-                    output: target.output.clone(),
-                    region: target.region.status.name.clone(),
-                    source,
-                })?;
-            tensor.data = bytes::Bytes::new();
+                .write(&target.output, target.range.start, &tensor.data)?;
+            tensor.data = Bytes::new();
             response.in_shared_memory.push(target.output);
         }
         Ok(())

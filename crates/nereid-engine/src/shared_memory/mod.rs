@@ -1,7 +1,9 @@
-//! Triton's system shared memory extension: the regions clients register,
-//! one registry for every frontend, and the inputs and outputs requests
-//! place in them ([`io`]).
+//! Triton's shared memory extensions, system and CUDA: the regions
+//! clients register, one registry for every frontend (system and CUDA
+//! regions share one namespace, as in Triton), and the inputs and outputs
+//! requests place in them ([`io`]).
 
+mod cuda;
 mod io;
 mod region;
 
@@ -9,8 +11,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use nereid_core::Error;
+use nereid_device::{DeviceError, Devices};
 use parking_lot::Mutex;
 
+use cuda::CudaRegion;
+pub use cuda::CudaRegionStatus;
 pub use io::SharedMemoryPlan;
 use region::Region;
 pub use region::RegionStatus;
@@ -38,6 +43,32 @@ pub enum SharedMemoryError {
     },
     #[error("Unable to find system shared memory region: '{0}'")]
     NoStatus(String),
+    #[error("Unable to find cuda shared memory region: '{0}'")]
+    NoCudaStatus(String),
+    #[error("The region named '{0}' is registered as CUDA shared memory, not system shared memory")]
+    IsCuda(String),
+    #[error("The region named '{0}' is registered as system shared memory, not CUDA shared memory")]
+    IsSystem(String),
+    /// This machine has no GPU to map a CUDA region on.
+    #[error("CUDA shared memory is not supported: {0}; use system shared memory")]
+    NoCuda(String),
+    /// The handle, device or size does not open; Triton tells the client
+    /// no more than this and logs the driver's reason.
+    #[error("failed to register shared memory region '{name}': invalid args")]
+    CudaOpen {
+        name: String,
+        #[source]
+        source: DeviceError,
+    },
+    #[error(
+        "cannot copy '{tensor}' between the host and CUDA shared memory region '{region}': {source}"
+    )]
+    Copy {
+        tensor: String,
+        region: String,
+        #[source]
+        source: DeviceError,
+    },
     #[error("Unable to find shared memory region: '{0}'")]
     Unknown(String),
     #[error("Invalid offset for shared memory region: '{0}'")]
@@ -76,19 +107,44 @@ impl From<SharedMemoryError> for Error {
             E::Offset(_) | E::Range(_) | E::OutputTooSmall { .. } => {
                 Error::invalid_argument(message)
             }
-            E::NoStatus(_) | E::Unknown(_) => Error::not_found(message),
-            E::Write { .. } => Error::internal(message),
+            E::NoStatus(_) | E::NoCudaStatus(_) | E::IsCuda(_) | E::IsSystem(_) | E::Unknown(_) => {
+                Error::not_found(message)
+            }
+            E::NoCuda(_) => Error::unsupported(message),
+            E::CudaOpen { .. } => Error::invalid_argument(message),
+            E::Write { .. } | E::Copy { .. } => Error::internal(message),
         }
     }
 }
 
-/// The registered regions, by name.
-#[derive(Debug, Default)]
+/// A registered region of either kind.
+#[derive(Debug, Clone)]
+enum Registered {
+    System(Arc<Region>),
+    Cuda(Arc<CudaRegion>),
+}
+
+/// The registered regions, by name, and the devices CUDA regions live on.
+#[derive(Debug)]
 pub struct SharedMemoryRegistry {
-    regions: Mutex<BTreeMap<String, Arc<Region>>>,
+    regions: Mutex<BTreeMap<String, Registered>>,
+    devices: Devices,
+}
+
+impl Default for SharedMemoryRegistry {
+    fn default() -> Self {
+        SharedMemoryRegistry::new(Devices::none("no device layer was given"))
+    }
 }
 
 impl SharedMemoryRegistry {
+    pub fn new(devices: Devices) -> Self {
+        SharedMemoryRegistry {
+            regions: Mutex::new(BTreeMap::new()),
+            devices,
+        }
+    }
+
     /// Maps `byte_size` bytes at `offset` of the object `key` under `name`.
     pub fn register(
         &self,
@@ -97,21 +153,14 @@ impl SharedMemoryRegistry {
         offset: u64,
         byte_size: u64,
     ) -> Result<(), SharedMemoryError> {
-        if self.regions.lock().contains_key(name) {
-            return Err(SharedMemoryError::AlreadyRegistered(name.to_string()));
-        }
+        self.check_free(name)?;
         let region = Region::open(RegionStatus {
             name: name.to_string(),
             key: key.to_string(),
             offset,
             byte_size,
         })?;
-        let mut regions = self.regions.lock();
-        // Another registration of the name may have won while this one mapped.
-        if regions.contains_key(name) {
-            return Err(SharedMemoryError::AlreadyRegistered(name.to_string()));
-        }
-        regions.insert(name.to_string(), Arc::new(region));
+        self.insert(name, Registered::System(Arc::new(region)))?;
         tracing::debug!(
             region = name,
             key,
@@ -122,33 +171,144 @@ impl SharedMemoryRegistry {
         Ok(())
     }
 
-    /// Forgets `name`; an unknown name is no error, as in Triton. Requests
+    /// Opens `raw_handle`, a `cudaIpcMemHandle_t`, on GPU `device_id` and
+    /// registers `byte_size` bytes of it under `name`.
+    pub fn register_cuda(
+        &self,
+        name: &str,
+        raw_handle: &[u8],
+        device_id: u64,
+        byte_size: u64,
+    ) -> Result<(), SharedMemoryError> {
+        if let Some(reason) = self.devices.absence() {
+            return Err(SharedMemoryError::NoCuda(reason.to_string()));
+        }
+        self.check_free(name)?;
+        let memory = self
+            .devices
+            .open_ipc(device_id, raw_handle, byte_size)
+            .map_err(|source| {
+                tracing::error!(region = name, device_id, error = %source, "failed to open a CUDA IPC handle");
+                SharedMemoryError::CudaOpen {
+                    name: name.to_string(),
+                    source,
+                }
+            })?;
+        let region = CudaRegion::new(name, memory);
+        self.insert(name, Registered::Cuda(Arc::new(region)))?;
+        tracing::debug!(
+            region = name,
+            device_id,
+            byte_size,
+            "registered CUDA shared memory"
+        );
+        Ok(())
+    }
+
+    fn check_free(&self, name: &str) -> Result<(), SharedMemoryError> {
+        if self.regions.lock().contains_key(name) {
+            return Err(SharedMemoryError::AlreadyRegistered(name.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Another registration of the name may have won while this one mapped.
+    fn insert(&self, name: &str, region: Registered) -> Result<(), SharedMemoryError> {
+        let mut regions = self.regions.lock();
+        if regions.contains_key(name) {
+            return Err(SharedMemoryError::AlreadyRegistered(name.to_string()));
+        }
+        regions.insert(name.to_string(), region);
+        Ok(())
+    }
+
+    /// Forgets the system region `name`; an unknown name, or a CUDA
+    /// region's, is no error and changes nothing, as in Triton. Requests
     /// in flight keep the mapping until they finish.
     pub fn unregister(&self, name: &str) {
-        if self.regions.lock().remove(name).is_some() {
+        let mut regions = self.regions.lock();
+        if matches!(regions.get(name), Some(Registered::System(_))) {
+            regions.remove(name);
             tracing::debug!(region = name, "unregistered system shared memory");
         }
     }
 
-    pub fn unregister_all(&self) {
-        let count = std::mem::take(&mut *self.regions.lock()).len();
-        tracing::debug!(count, "unregistered all system shared memory");
-    }
-
-    /// Every region, or the one named (which must exist), sorted by name.
-    pub fn status(&self, name: Option<&str>) -> Result<Vec<RegionStatus>, SharedMemoryError> {
-        let regions = self.regions.lock();
-        match name {
-            None => Ok(regions.values().map(|r| r.status.clone()).collect()),
-            Some(name) => regions
-                .get(name)
-                .map(|r| vec![r.status.clone()])
-                .ok_or_else(|| SharedMemoryError::NoStatus(name.to_string())),
+    /// Forgets the CUDA region `name`, as [`SharedMemoryRegistry::unregister`].
+    pub fn unregister_cuda(&self, name: &str) {
+        let mut regions = self.regions.lock();
+        if matches!(regions.get(name), Some(Registered::Cuda(_))) {
+            regions.remove(name);
+            tracing::debug!(region = name, "unregistered CUDA shared memory");
         }
     }
 
+    /// Forgets every system region.
+    pub fn unregister_all(&self) {
+        let mut regions = self.regions.lock();
+        let before = regions.len();
+        regions.retain(|_, r| !matches!(r, Registered::System(_)));
+        tracing::debug!(
+            count = before - regions.len(),
+            "unregistered all system shared memory"
+        );
+    }
+
+    /// Forgets every CUDA region.
+    pub fn unregister_all_cuda(&self) {
+        let mut regions = self.regions.lock();
+        let before = regions.len();
+        regions.retain(|_, r| !matches!(r, Registered::Cuda(_)));
+        tracing::debug!(
+            count = before - regions.len(),
+            "unregistered all CUDA shared memory"
+        );
+    }
+
+    /// Every system region, or the one named (which must exist and be a
+    /// system region), sorted by name.
+    pub fn status(&self, name: Option<&str>) -> Result<Vec<RegionStatus>, SharedMemoryError> {
+        let regions = self.regions.lock();
+        let system = |r: &Registered| match r {
+            Registered::System(r) => Some(r.status.clone()),
+            Registered::Cuda(_) => None,
+        };
+        match name {
+            None => Ok(regions.values().filter_map(system).collect()),
+            Some(name) => match regions.get(name) {
+                None => Err(SharedMemoryError::NoStatus(name.to_string())),
+                Some(Registered::Cuda(_)) => Err(SharedMemoryError::IsCuda(name.to_string())),
+                Some(r) => Ok(system(r).into_iter().collect()),
+            },
+        }
+    }
+
+    /// Every CUDA region, or the one named, as [`SharedMemoryRegistry::status`].
+    pub fn cuda_status(
+        &self,
+        name: Option<&str>,
+    ) -> Result<Vec<CudaRegionStatus>, SharedMemoryError> {
+        let regions = self.regions.lock();
+        let cuda = |r: &Registered| match r {
+            Registered::Cuda(r) => Some(r.status()),
+            Registered::System(_) => None,
+        };
+        match name {
+            None => Ok(regions.values().filter_map(cuda).collect()),
+            Some(name) => match regions.get(name) {
+                None => Err(SharedMemoryError::NoCudaStatus(name.to_string())),
+                Some(Registered::System(_)) => Err(SharedMemoryError::IsSystem(name.to_string())),
+                Some(r) => Ok(cuda(r).into_iter().collect()),
+            },
+        }
+    }
+
+    /// Whether CUDA regions can be registered here (a GPU exists).
+    pub fn cuda_supported(&self) -> bool {
+        self.devices.absence().is_none()
+    }
+
     /// The region `name`, for a request to use.
-    fn get(&self, name: &str) -> Result<Arc<Region>, SharedMemoryError> {
+    fn get(&self, name: &str) -> Result<Registered, SharedMemoryError> {
         self.regions
             .lock()
             .get(name)

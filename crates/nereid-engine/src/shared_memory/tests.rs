@@ -223,3 +223,110 @@ fn an_output_larger_than_its_place_is_refused() {
         "shared memory size specified with the request for output 'OUT' (4 bytes) should be at least 8 bytes to hold the results"
     );
 }
+
+/// A registry over two fake GPUs, whose device memory is shared memory
+/// objects named in their handles.
+fn cuda_registry() -> SharedMemoryRegistry {
+    let gpus = nereid_device::FakeGpus::with_count(2);
+    SharedMemoryRegistry::new(nereid_device::Devices::with_layer(Arc::new(gpus)))
+}
+
+fn fake_handle(key: &str) -> [u8; 64] {
+    nereid_device::FakeGpus::handle(key).unwrap()
+}
+
+#[test]
+fn cuda_regions_register_and_list_apart_from_system_ones() {
+    let (_file, key) = object(64);
+    let registry = cuda_registry();
+    assert!(registry.cuda_supported());
+    registry
+        .register_cuda("c", &fake_handle(&key), 1, 32)
+        .unwrap();
+    registry.register("s", &key, 0, 8).unwrap();
+    let cuda = registry.cuda_status(None).unwrap();
+    assert_eq!(
+        cuda,
+        [CudaRegionStatus {
+            name: "c".into(),
+            device_id: 1,
+            byte_size: 32
+        }]
+    );
+    assert_eq!(registry.status(None).unwrap().len(), 1);
+    // One namespace for both kinds, as in Triton.
+    let e = registry.register("c", &key, 0, 8).unwrap_err();
+    assert_eq!(message(e), "shared memory region 'c' already in manager");
+    let e = registry
+        .register_cuda("s", &fake_handle(&key), 0, 8)
+        .unwrap_err();
+    assert_eq!(message(e), "shared memory region 's' already in manager");
+    assert_eq!(
+        message(registry.status(Some("c")).unwrap_err()),
+        "The region named 'c' is registered as CUDA shared memory, not system shared memory"
+    );
+    assert_eq!(
+        message(registry.cuda_status(Some("s")).unwrap_err()),
+        "The region named 's' is registered as system shared memory, not CUDA shared memory"
+    );
+    assert_eq!(
+        message(registry.cuda_status(Some("x")).unwrap_err()),
+        "Unable to find cuda shared memory region: 'x'"
+    );
+    // Unregistering one kind leaves the other alone.
+    registry.unregister("c");
+    registry.unregister_all();
+    assert_eq!(registry.cuda_status(None).unwrap().len(), 1);
+    registry.unregister_all_cuda();
+    assert!(registry.cuda_status(None).unwrap().is_empty());
+}
+
+#[test]
+fn cuda_registration_refuses_what_triton_refuses() {
+    let (_file, key) = object(64);
+    let registry = cuda_registry();
+    for (device, size) in [(2, 8), (u64::MAX, 8), (0, 65)] {
+        let e = registry
+            .register_cuda("c", &fake_handle(&key), device, size)
+            .unwrap_err();
+        let e = Error::from(e);
+        assert_eq!(
+            (e.kind(), e.message()),
+            (
+                ErrorKind::InvalidArgument,
+                "failed to register shared memory region 'c': invalid args"
+            )
+        );
+    }
+    let none = SharedMemoryRegistry::default();
+    assert!(!none.cuda_supported());
+    let e = Error::from(none.register_cuda("c", &[0; 64], 0, 8).unwrap_err());
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+    assert!(
+        e.message()
+            .starts_with("CUDA shared memory is not supported")
+    );
+}
+
+#[test]
+fn cuda_inputs_are_copied_to_the_host_and_outputs_back() {
+    let (mut file, key) = object(64);
+    let registry = cuda_registry();
+    registry
+        .register_cuda("c", &fake_handle(&key), 0, 64)
+        .unwrap();
+    let mut request = request_with_input(place("c", 4, Some(4)));
+    registry.prepare(&mut request).unwrap();
+    assert_eq!(&request.inputs[0].data[..], &[4, 5, 6, 7]);
+    let plan = registry
+        .prepare(&mut request_with_output(place("c", 40, Some(8))))
+        .unwrap();
+    let mut response = uint8_response(vec![0xBB; 8]);
+    plan.write(&mut response).unwrap();
+    assert_eq!(response.in_shared_memory, ["OUT"]);
+    let mut contents = Vec::new();
+    file.rewind().unwrap();
+    file.read_to_end(&mut contents).unwrap();
+    assert_eq!(&contents[40..48], &[0xBB; 8]);
+    assert_eq!(contents[48], 48);
+}

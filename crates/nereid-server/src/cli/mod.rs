@@ -12,12 +12,14 @@ use nereid_engine::{ControlMode, EngineOptions, ModelControl};
 use crate::logging::{LogFormat, LogSettings};
 use crate::server::ServerConfig;
 
+mod devices;
 mod limits;
 mod restricted;
 mod settings;
 mod tls;
 mod trace;
 
+use devices::DeviceFlags;
 use limits::LimitFlags;
 use restricted::RestrictedFlags;
 use settings::{metrics_options, python_path, response_cache_bytes};
@@ -186,6 +188,9 @@ pub struct Args {
     pub deprecated_trace: OldTraceFlags,
 
     #[command(flatten)]
+    pub devices: DeviceFlags,
+
+    #[command(flatten)]
     pub limits: LimitFlags,
 
     #[command(flatten)]
@@ -255,6 +260,7 @@ impl Args {
                     &self.cache_config,
                     self.response_cache_byte_size,
                 )?,
+                devices: self.devices.devices()?,
             },
             model_control: ModelControl {
                 mode: self.model_control_mode.into(),
@@ -275,6 +281,7 @@ impl Args {
                 &self.metrics_config,
                 self.metrics_interval_ms,
                 self.allow_cpu_metrics,
+                self.devices.allow_gpu_metrics,
             )?,
             exit_timeout: Duration::from_secs(self.exit_timeout_secs),
             onnxruntime_library: self.onnxruntime_library,

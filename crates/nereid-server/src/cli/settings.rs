@@ -67,10 +67,12 @@ pub(super) fn metrics_options(
     settings: &[String],
     interval_ms: u64,
     cpu: bool,
+    gpu: bool,
 ) -> anyhow::Result<MetricsOptions> {
     let mut options = MetricsOptions {
         interval: Duration::from_millis(interval_ms),
         cpu,
+        gpu,
         ..MetricsOptions::default()
     };
     for setting in settings {
@@ -159,13 +161,14 @@ mod tests {
             ]),
             500,
             false,
+            true,
         )
         .unwrap();
         assert!(options.summary_latencies && !options.counter_latencies && !options.cpu);
         assert_eq!(options.quantiles, [0.5, 0.99]);
         assert_eq!(options.interval, Duration::from_millis(500));
         assert_eq!(
-            metrics_options(&[], 2000, true).unwrap(),
+            metrics_options(&[], 2000, true, true).unwrap(),
             MetricsOptions::default()
         );
         for bad in [
@@ -173,7 +176,7 @@ mod tests {
             "summary_latencies=maybe",
             "summary_quantiles=2:0.1",
         ] {
-            let err = metrics_options(&set(&[bad]), 2000, true).unwrap_err();
+            let err = metrics_options(&set(&[bad]), 2000, true, true).unwrap_err();
             assert!(err.to_string().contains(bad), "{err}");
         }
     }

@@ -84,7 +84,10 @@ impl GrpcInferenceService for InferenceService {
         answer(Ok(ServerMetadataResponse {
             name: info::SERVER_NAME.to_string(),
             version: info::SERVER_VERSION.to_string(),
-            extensions: info::EXTENSIONS.iter().map(|e| e.to_string()).collect(),
+            extensions: info::extensions(&self.engine)
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
         }))
     }
 
@@ -230,22 +233,30 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<CudaSharedMemoryStatusRequest>,
     ) -> Rpc<CudaSharedMemoryStatusResponse> {
-        answer(shared_memory::cuda_status(request.into_inner()))
+        answer(shared_memory::cuda_status(
+            &self.engine,
+            request.into_inner(),
+        ))
     }
 
     async fn cuda_shared_memory_register(
         &self,
-        _: Request<CudaSharedMemoryRegisterRequest>,
+        request: Request<CudaSharedMemoryRegisterRequest>,
     ) -> Rpc<CudaSharedMemoryRegisterResponse> {
-        answer(shared_memory::cuda_register())
+        answer(shared_memory::cuda_register(
+            &self.engine,
+            request.into_inner(),
+        ))
     }
 
-    /// Nothing to unregister: succeeds, as clients call it unconditionally.
     async fn cuda_shared_memory_unregister(
         &self,
-        _: Request<CudaSharedMemoryUnregisterRequest>,
+        request: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> Rpc<CudaSharedMemoryUnregisterResponse> {
-        answer(Ok(CudaSharedMemoryUnregisterResponse {}))
+        answer(Ok(shared_memory::cuda_unregister(
+            &self.engine,
+            request.into_inner(),
+        )))
     }
 
     async fn trace_setting(

@@ -4,6 +4,7 @@
 //! `crate::error`.
 
 mod connections;
+mod cuda_shared_memory;
 mod infer;
 mod logging;
 mod model;

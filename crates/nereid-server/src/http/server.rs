@@ -25,11 +25,11 @@ pub async fn ready(State(engine): State<Engine>) -> StatusCode {
     }
 }
 
-pub async fn metadata() -> Response {
+pub async fn metadata(State(engine): State<Engine>) -> Response {
     Json(serde_json::json!({
         "name": info::SERVER_NAME,
         "version": info::SERVER_VERSION,
-        "extensions": info::EXTENSIONS,
+        "extensions": info::extensions(&engine),
     }))
     .into_response()
 }

@@ -1,8 +1,8 @@
-//! The system shared memory extension over HTTP (`/v2/systemsharedmemory`)
-//! and the CUDA one's answers on a build without CUDA
-//! (`/v2/cudasharedmemory`). Register bodies are checked field by field so
-//! that a bad one gets Triton's message; Triton answers a malformed or
-//! mistyped body with 500, Nereid with 400, as for inference bodies.
+//! The system shared memory extension over HTTP (`/v2/systemsharedmemory`);
+//! the CUDA one's routes are in [`super::cuda_shared_memory`]. Register
+//! bodies are checked field by field so that a bad one gets Triton's
+//! message; Triton answers a malformed or mistyped body with 500, Nereid
+//! with 400, as for inference bodies.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::ApiError;
-use crate::shared_memory::{CUDA_UNSUPPORTED, cuda_region_not_found};
+use super::cuda_shared_memory;
 
 /// The shared memory routes, merged into the application's router.
 pub fn routes() -> Router<Engine> {
@@ -35,20 +35,7 @@ pub fn routes() -> Router<Engine> {
             post(unregister_one),
         )
         .route(&format!("{system}/unregister"), post(unregister_all))
-        .route(&format!("{cuda}/status"), get(cuda_status_all))
-        .route(
-            &format!("{cuda}/region/{{name}}/status"),
-            get(cuda_status_one),
-        )
-        .route(
-            &format!("{cuda}/region/{{name}}/register"),
-            post(cuda_register),
-        )
-        .route(
-            &format!("{cuda}/region/{{name}}/unregister"),
-            post(cuda_unregister),
-        )
-        .route(&format!("{cuda}/unregister"), post(cuda_unregister))
+        .merge(cuda_shared_memory::routes(cuda))
 }
 
 /// A region as Triton's status lists it.
@@ -116,7 +103,10 @@ pub async fn register(
     Ok(StatusCode::OK)
 }
 
-fn required<'a>(fields: Option<&'a Map<String, Value>>, field: &str) -> Result<&'a Value, Error> {
+pub(super) fn required<'a>(
+    fields: Option<&'a Map<String, Value>>,
+    field: &str,
+) -> Result<&'a Value, Error> {
     fields.and_then(|f| f.get(field)).ok_or_else(|| {
         Error::invalid_argument(format!(
             "Shared memory register request has no '{field}' field"
@@ -124,7 +114,7 @@ fn required<'a>(fields: Option<&'a Map<String, Value>>, field: &str) -> Result<&
     })
 }
 
-fn unsigned(value: &Value) -> Result<u64, Error> {
+pub(super) fn unsigned(value: &Value) -> Result<u64, Error> {
     value.as_u64().ok_or_else(|| {
         Error::invalid_argument("attempt to access JSON non-unsigned-integer as unsigned-integer")
     })
@@ -140,27 +130,5 @@ pub async fn unregister_one(State(engine): State<Engine>, Path(name): Path<Strin
 /// `POST /v2/systemsharedmemory/unregister`
 pub async fn unregister_all(State(engine): State<Engine>) -> StatusCode {
     engine.shared_memory().unregister_all();
-    StatusCode::OK
-}
-
-/// `GET /v2/cudasharedmemory/status`: no CUDA region can be registered.
-pub async fn cuda_status_all() -> Response {
-    Json(Vec::<Value>::new()).into_response()
-}
-
-/// `GET /v2/cudasharedmemory/region/{name}/status`
-pub async fn cuda_status_one(Path(name): Path<String>) -> ApiError {
-    ApiError(cuda_region_not_found(&name))
-}
-
-/// `POST /v2/cudasharedmemory/region/{name}/register`
-pub async fn cuda_register() -> ApiError {
-    ApiError(Error::unsupported(CUDA_UNSUPPORTED))
-}
-
-/// `POST /v2/cudasharedmemory[/region/{name}]/unregister`: there is
-/// nothing to unregister, and clients (Triton's own examples) call it
-/// unconditionally before they start.
-pub async fn cuda_unregister() -> StatusCode {
     StatusCode::OK
 }

@@ -1,12 +1,13 @@
 //! Prometheus metrics on their own port, with Triton's metric names and
 //! `model` / `version` labels: counters from the engine's statistics at
 //! scrape time, the pending-request gauge, latency summaries when asked
-//! for, and CPU gauges refreshed every metrics interval. The text format
+//! for, and CPU and GPU gauges refreshed every metrics interval. The text format
 //! is `metrics-exporter-prometheus`'s.
 
 mod cache;
 mod cpu;
 mod families;
+mod gpu;
 mod summaries;
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use parking_lot::Mutex;
 use tokio::net::TcpListener;
 
 use cpu::{CpuMonitor, CpuReading};
+use gpu::{GpuMonitor, GpuReading};
 pub use summaries::QUANTILES;
 use summaries::Summaries;
 
@@ -29,8 +31,8 @@ use summaries::Summaries;
 const METADATA: metrics::Metadata<'static> =
     metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
 
-/// tritonserver's `--metrics-interval-ms`, `--metrics-config` and
-/// `--allow-cpu-metrics`.
+/// tritonserver's `--metrics-interval-ms`, `--metrics-config`,
+/// `--allow-cpu-metrics` and `--allow-gpu-metrics`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MetricsOptions {
     /// How often the CPU gauges are refreshed.
@@ -43,6 +45,8 @@ pub struct MetricsOptions {
     pub quantiles: Vec<f64>,
     /// The `nv_cpu_*` gauges.
     pub cpu: bool,
+    /// The `nv_gpu_*` gauges and `nv_energy_consumption`.
+    pub gpu: bool,
 }
 
 impl Default for MetricsOptions {
@@ -53,6 +57,7 @@ impl Default for MetricsOptions {
             summary_latencies: false,
             quantiles: QUANTILES.to_vec(),
             cpu: true,
+            gpu: true,
         }
     }
 }
@@ -64,6 +69,7 @@ struct Metrics {
     options: Arc<MetricsOptions>,
     summaries: Option<Arc<Summaries>>,
     cpu: Arc<Mutex<Option<CpuReading>>>,
+    gpus: Arc<Mutex<Vec<GpuReading>>>,
 }
 
 pub async fn serve(
@@ -82,6 +88,7 @@ pub async fn serve(
         options: Arc::new(options),
         summaries,
         cpu: Arc::default(),
+        gpus: Arc::default(),
     };
     let refresh = tokio::spawn(refresh(metrics.clone()));
     let app = Router::new()
@@ -95,16 +102,20 @@ pub async fn serve(
     Ok(())
 }
 
-/// Every interval: reads the CPU, and moves the latency samples into the
-/// summaries so that they do not pile up between scrapes.
+/// Every interval: reads the CPU and the GPUs, and moves the latency
+/// samples into the summaries so that they do not pile up between scrapes.
 async fn refresh(metrics: Metrics) {
     let mut monitor = CpuMonitor::default();
+    let mut gpus = GpuMonitor::default();
     let mut tick = tokio::time::interval(metrics.options.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         if metrics.options.cpu {
             *metrics.cpu.lock() = monitor.read();
+        }
+        if metrics.options.gpu {
+            *metrics.gpus.lock() = gpus.read(metrics.engine.devices());
         }
         if let Some(summaries) = &metrics.summaries {
             summaries.record(&metrics.engine.activity());
@@ -128,6 +139,7 @@ impl Metrics {
             false => None,
         };
         let mut text = families::render(&self.options, &stats, &activity, cpu);
+        append(&mut text, &gpu::render(&self.gpus.lock()));
         append(&mut text, &cache::render(self.engine.cache_usage(), &stats));
         if let Some(summaries) = &self.summaries {
             summaries.record(&activity);
