@@ -6,8 +6,13 @@ SHELL := /bin/bash
 CARGO ?= cargo
 VENV := .venv
 PYTHON := $(VENV)/bin/python
-ORT_DYLIB_PATH = $(shell scripts/ort-path.sh)
+# `make run GPU=1` serves with ONNX Runtime's CUDA build (onnxruntime-gpu)
+# and puts the CUDA libraries from PyPI on the loader's path; with TORCH=1
+# too, libtorch's CUDA libraries as well (scripts/setup-*-gpu/cuda.sh).
+GPU ?=
+ORT_DYLIB_PATH = $(shell $(if $(GPU),scripts/setup-ort-gpu.sh,scripts/ort-path.sh))
 export ORT_DYLIB_PATH
+CUDA_LIBRARY_PATH = $(if $(GPU),$(shell scripts/cuda-library-path.sh),)
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # libtorch 2.13 for the TorchScript backend; scripts/setup-libtorch.sh puts
 # it here (about 1.25 GB, downloaded once and kept).
@@ -23,12 +28,14 @@ DEFAULT_REPOSITORY := $(if $(findstring --model-repository,$(ARGS)),,$(RUN_REPOS
 # Python models' workers run on the venv `make run` sets up (it has numpy).
 PYTHON_BACKEND := $(if $(findstring python-path,$(ARGS)),,--backend-config=python,python-path=$(CURDIR)/$(PYTHON))
 
-.PHONY: run test setup setup-test setup-torch release build models torch-models lint fmt unit-test python-test perf-smoke bench fuzz clean
+.PHONY: run test setup setup-test setup-torch setup-gpu gpu-check release build models torch-models lint fmt unit-test python-test perf-smoke bench fuzz clean
 
 ## Serve model_repository/ on HTTP 8000, gRPC 8001, metrics 8002
-## (TORCH=1: with TorchScript support, and model_repository_torch/ too).
-run: setup $(if $(TORCH),setup-torch,) release
-	$(TARGET_DIR)/release/nereid $(DEFAULT_REPOSITORY) $(PYTHON_BACKEND) $(ARGS)
+## (TORCH=1: with TorchScript support, and model_repository_torch/ too;
+## GPU=1: with ONNX Runtime's and, with TORCH=1, libtorch's CUDA libraries).
+run: setup $(if $(TORCH),setup-torch,) $(if $(GPU),setup-gpu,) release
+	LD_LIBRARY_PATH="$(CUDA_LIBRARY_PATH)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
+		$(TARGET_DIR)/release/nereid $(DEFAULT_REPOSITORY) $(PYTHON_BACKEND) $(ARGS)
 
 ## Set up what the tests need and run them all.
 test: setup-test lint unit-test python-test perf-smoke
@@ -41,6 +48,10 @@ setup-test: setup setup-torch
 
 setup-torch: setup
 	scripts/setup-libtorch.sh >/dev/null
+
+setup-gpu: setup
+	scripts/setup-ort-gpu.sh >/dev/null
+	$(if $(TORCH),scripts/setup-libtorch-cuda.sh,)
 
 release:
 	$(CARGO) build --release --bin nereid $(RUN_FEATURES)
