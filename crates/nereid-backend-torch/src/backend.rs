@@ -183,6 +183,12 @@ impl Backend for TorchBackend {
         DEFAULT_MODEL_FILENAME
     }
 
+    /// libtorch's CUDA library loads and sees a device: models without an
+    /// instance kind then run on every GPU, as in Triton.
+    fn gpu_capable(&self) -> bool {
+        ffi::cuda_ready(0).is_ok()
+    }
+
     /// forward()'s argument names: all a TorchScript file says of its
     /// inputs. `List[str]` arguments are BYTES; nothing else has a type or
     /// shape here, and outputs have no names at all.
