@@ -252,7 +252,7 @@ impl Devices {
 
 /// Checks that `offset..offset + len` lies within `size` bytes; the end.
 pub(crate) fn check_range(offset: u64, len: usize, size: u64) -> Result<u64, DeviceError> {
-    let end = offset.checked_add(len as u64).unwrap_or(u64::MAX);
+    let end = offset.saturating_add(len as u64);
     if end > size {
         return Err(DeviceError::OutOfRange {
             offset,
