@@ -1,14 +1,17 @@
-//! [`OnnxBackend`]: inspects `.onnx` files and creates CPU sessions.
+//! [`OnnxBackend`]: inspects `.onnx` files and creates sessions, on CPU or
+//! (through ONNX Runtime's CUDA provider) on a GPU.
 
 use std::path::{Path, PathBuf};
 
 use nereid_core::{Backend, BackendError, Device, IoSpec, ModelInstance, ModelIo, ModelSource};
 use ort::session::Session;
-use ort::session::builder::GraphOptimizationLevel;
+use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use ort::value::Outlet;
 
 use crate::convert;
+use crate::gpu::{self, GpuSettings, Provider};
 use crate::instance::OnnxInstance;
+use crate::run::RunPath;
 use crate::runtime::{self, Runtime};
 use crate::settings::SessionSettings;
 
@@ -110,15 +113,23 @@ impl Backend for OnnxBackend {
         })
     }
 
+    /// True when the loaded library has the CUDA execution provider (the
+    /// `onnxruntime-gpu` build); whether CUDA itself loads shows only when
+    /// a GPU instance does.
+    fn gpu_capable(&self) -> bool {
+        gpu::cuda_available()
+    }
+
     fn load(&self, source: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError> {
+        Ok(Box::new(self.load_instance(source)?))
+    }
+}
+
+impl OnnxBackend {
+    /// Creates the session of one instance. `KIND_MODEL` runs on CPU, as in
+    /// Triton's backend, which adds GPU providers for `KIND_GPU` only.
+    pub(crate) fn load_instance(&self, source: &ModelSource) -> Result<OnnxInstance, BackendError> {
         let label = format!("model '{}' version {}", source.model_name, source.version);
-        if let Device::Gpu(id) = source.device {
-            return Err(BackendError::Unsupported(format!(
-                "{label}: instance {} asks for GPU {id}, but the ONNX Runtime backend runs on CPU only \
-                 (use instance_group kind KIND_CPU)",
-                source.instance_index
-            )));
-        }
         let path = model_file(&source.model_path);
         if !path.is_file() {
             return Err(BackendError::Load(format!(
@@ -127,21 +138,70 @@ impl Backend for OnnxBackend {
             )));
         }
         let settings = SessionSettings::from_config(&source.config)?;
+        let (providers, run_path) = match source.device {
+            Device::Cpu | Device::Model => (Vec::new(), RunPath::Direct),
+            Device::Gpu(id) => (self.gpu_providers(source, id, &label)?, RunPath::IoBinding),
+        };
         let load_error = |e: ort::Error| {
             BackendError::Load(format!("{label}: cannot load '{}': {e}", path.display()))
         };
-        let session = self
-            .session_builder()
-            .and_then(|b| settings.apply(b))
+        let builder = self.session_builder().map_err(load_error)?;
+        // The GPU providers go first: ONNX Runtime gives each node to the
+        // first provider registered that takes it, and the settings may
+        // register the CPU one.
+        let builder = register(builder, providers, source, &label)?;
+        let session = settings
+            .apply(builder)
             .and_then(|mut b| b.commit_from_file(&path))
             .map_err(load_error)?;
-        tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index,
-            path = %path.display(), ?settings, "created ONNX Runtime session");
-        let instance = OnnxInstance::new(
+        tracing::debug!(model = %source.model_name, version = source.version, instance = %source.instance_name,
+            device = ?source.device, path = %path.display(), ?settings, "created ONNX Runtime session");
+        OnnxInstance::new(
             format!("{label} instance {}", source.instance_index),
             session,
             settings.run_config_entries,
-        )?;
-        Ok(Box::new(instance))
+            run_path,
+        )
     }
+
+    /// A `KIND_GPU` instance's execution providers, or why it cannot have
+    /// them. Its GPU settings are read here only: Triton ignores them on CPU.
+    fn gpu_providers(
+        &self,
+        source: &ModelSource,
+        id: u32,
+        label: &str,
+    ) -> Result<Vec<Provider>, BackendError> {
+        let settings = GpuSettings::from_config(&source.config)?;
+        gpu::providers(&settings, id, &self.runtime.library).map_err(|reason| {
+            BackendError::Unsupported(format!(
+                "{label} instance '{}' on GPU {id}: {reason}",
+                source.instance_name
+            ))
+        })
+    }
+}
+
+/// Registers `providers` in order, each one's failure failing the load:
+/// a GPU instance must not quietly run on CPU.
+fn register(
+    mut builder: SessionBuilder,
+    providers: Vec<Provider>,
+    source: &ModelSource,
+    label: &str,
+) -> Result<SessionBuilder, BackendError> {
+    for provider in providers {
+        builder = builder
+            .with_execution_providers([provider.dispatch])
+            .map_err(|e| {
+                BackendError::Load(format!(
+                    "{label} instance '{}' on GPU {}: cannot use ONNX Runtime's {}: {}",
+                    source.instance_name,
+                    source.device.id(),
+                    provider.name,
+                    e.to_string().trim_end()
+                ))
+            })?;
+    }
+    Ok(builder)
 }

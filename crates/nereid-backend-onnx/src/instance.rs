@@ -3,9 +3,10 @@
 use std::borrow::Cow;
 
 use nereid_core::{BackendError, Batch, DataType, ModelInstance, Tensor};
-use ort::session::{OutputSelector, RunOptions, Session, SessionInputValue};
+use ort::session::Session;
 
 use crate::convert;
+use crate::run::{self, Inputs, RunPath};
 
 /// A model input as the session declares it.
 #[derive(Debug, Clone)]
@@ -24,6 +25,7 @@ pub struct OnnxInstance {
     outputs: Vec<String>,
     /// Run config entries from the model's parameters, set on every run.
     run_config: Vec<(String, String)>,
+    run_path: RunPath,
 }
 
 impl OnnxInstance {
@@ -31,6 +33,7 @@ impl OnnxInstance {
         label: String,
         session: Session,
         run_config: Vec<(String, String)>,
+        run_path: RunPath,
     ) -> Result<Self, BackendError> {
         let inputs = session
             .inputs()
@@ -62,7 +65,16 @@ impl OnnxInstance {
             inputs,
             outputs,
             run_config,
+            run_path,
         })
+    }
+
+    /// Runs batches the other way from now on: lets a test take a CPU
+    /// session through the GPU instances' IO-binding path.
+    #[cfg(test)]
+    pub(crate) fn with_run_path(mut self, run_path: RunPath) -> Self {
+        self.run_path = run_path;
+        self
     }
 
     fn execute_error(&self, message: impl std::fmt::Display) -> BackendError {
@@ -70,10 +82,7 @@ impl OnnxInstance {
     }
 
     /// Checks each input against the session and wraps it for ONNX Runtime.
-    fn input_values<'b>(
-        &self,
-        batch: &'b Batch,
-    ) -> Result<Vec<(Cow<'b, str>, SessionInputValue<'b>)>, BackendError> {
+    fn input_values<'b>(&self, batch: &'b Batch) -> Result<Inputs<'b>, BackendError> {
         for spec in &self.inputs {
             if !batch.inputs.iter().any(|t| t.name == spec.name) {
                 return Err(self.execute_error(format_args!("input '{}' is missing", spec.name)));
@@ -132,31 +141,13 @@ impl ModelInstance for OnnxInstance {
     fn execute(&mut self, batch: &Batch) -> Result<Vec<Tensor>, BackendError> {
         let inputs = self.input_values(batch)?;
         let names = output_names(&self.outputs, batch, &self.label)?;
-        let selector = names
-            .iter()
-            .fold(OutputSelector::no_default(), |s, name| s.with(*name));
-        let mut run_options = RunOptions::new()
-            .map_err(|e| self.execute_error(e))?
-            .with_outputs(selector);
-        for (key, value) in &self.run_config {
-            run_options
-                .set(key, value)
-                .map_err(|e| self.execute_error(format_args!("run option '{key}': {e}")))?;
-        }
-        let label = &self.label;
-        let mut results = self
-            .session
-            .run_with_options(inputs, &run_options)
-            .map_err(|e| BackendError::Execute(format!("{label}: {e}")))?;
-        names
-            .iter()
-            .map(|name| {
-                let value = results.remove(*name).ok_or_else(|| {
-                    BackendError::Execute(format!("{label}: no value for output '{name}'"))
-                })?;
-                convert::output_tensor(name, &value)
-                    .map_err(|e| BackendError::Execute(format!("{label}: {e}")))
-            })
-            .collect()
+        run::run(
+            self.run_path,
+            &mut self.session,
+            inputs,
+            &names,
+            &self.run_config,
+        )
+        .map_err(|e| BackendError::Execute(format!("{}: {e}", self.label)))
     }
 }

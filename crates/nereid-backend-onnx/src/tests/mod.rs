@@ -3,6 +3,7 @@
 
 mod errors;
 mod execute;
+mod gpu;
 
 use std::path::{Path, PathBuf};
 
@@ -62,6 +63,7 @@ pub(super) fn source(path: PathBuf, params: &[(&str, &str)]) -> ModelSource {
         config,
         device: Device::Cpu,
         instance_index: 0,
+        instance_name: "test_0_0".into(),
     }
 }
 
