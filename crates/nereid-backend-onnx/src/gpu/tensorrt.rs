@@ -226,7 +226,7 @@ pub(crate) fn probe(names: &[&'static str]) -> Result<&'static str, String> {
     for name in names {
         match open(name) {
             Ok(()) => return Ok(name),
-            Err(e) => last_error = e.to_string(),
+            Err(e) => last_error = with_causes(&e),
         }
     }
     Err(format!(
@@ -235,6 +235,18 @@ pub(crate) fn probe(names: &[&'static str]) -> Result<&'static str, String> {
          or remove the 'tensorrt' gpu_execution_accelerator",
         names.join(", ")
     ))
+}
+
+/// libloading says only "dlopen failed" and keeps the loader's reason
+/// (file not found, wrong ELF class) as its source.
+fn with_causes(e: &libloading::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text = format!("{text}: {c}");
+        cause = c.source();
+    }
+    text
 }
 
 #[expect(
@@ -366,5 +378,6 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("libnereid-no-such-nvinfer.so.99"), "{err}");
+        assert!(err.contains("cannot open shared object file"), "{err}");
     }
 }
