@@ -12,7 +12,7 @@ use nereid_core::{
 use parking_lot::Mutex;
 
 use crate::binding;
-use crate::ffi::{self, ArgKind, Module};
+use crate::ffi::{self, ArgKind, LoadOn, Module};
 use crate::instance::TorchInstance;
 use crate::settings::Settings;
 
@@ -28,7 +28,7 @@ struct ShareKey {
     version: i64,
     path: PathBuf,
     modified: Option<SystemTime>,
-    device: Option<u32>,
+    device: LoadOn,
 }
 
 /// libtorch's thread pools are process-wide: the first model that sizes
@@ -108,7 +108,7 @@ impl TorchBackend {
         &self,
         source: &ModelSource,
         path: &Path,
-        device: Option<u32>,
+        device: LoadOn,
         settings: &Settings,
         label: &str,
     ) -> Result<Arc<Module>, BackendError> {
@@ -194,7 +194,7 @@ impl Backend for TorchBackend {
     /// shape here, and outputs have no names at all.
     fn inspect(&self, model_path: &Path) -> Result<ModelIo, BackendError> {
         let path = model_file(model_path);
-        let module = Module::load(&path, None, true).map_err(|e| {
+        let module = Module::load(&path, LoadOn::Cpu, true).map_err(|e| {
             BackendError::Load(format!(
                 "cannot read TorchScript model '{}': {e}",
                 path.display()
@@ -218,6 +218,8 @@ impl Backend for TorchBackend {
 
     fn load(&self, source: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError> {
         let label = format!("model '{}' version {}", source.model_name, source.version);
+        // KIND_MODEL: the module keeps the devices it was saved on and its
+        // inputs are prepared on the CPU, as in Triton's PyTorch backend.
         let device = match source.device {
             Device::Cpu | Device::Model => None,
             Device::Gpu(id) => {
@@ -240,7 +242,12 @@ impl Backend for TorchBackend {
         let settings = Settings::from_config(&source.config)?;
         self.apply_threads(&settings, &source.model_name)?;
         log_inapplicable(&settings, source);
-        let module = self.module(source, &path, device, &settings, &label)?;
+        let load_on = match (source.device, device) {
+            (Device::Model, _) => LoadOn::AsSaved,
+            (_, Some(id)) => LoadOn::Cuda(id),
+            (_, None) => LoadOn::Cpu,
+        };
+        let module = self.module(source, &path, load_on, &settings, &label)?;
         let inputs = binding::bind_inputs(&source.config, &module.arguments)?;
         let outputs = binding::bind_outputs(&source.config)?;
         tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index,

@@ -161,20 +161,27 @@ fn c_string(text: &str, what: &str) -> Result<CString, String> {
     CString::new(text).map_err(|_| format!("{what} '{text}' contains a NUL byte"))
 }
 
+/// Where a module's tensors go when it is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum LoadOn {
+    Cpu,
+    Cuda(u32),
+    /// Where they were when the module was saved (`KIND_MODEL`: a module
+    /// that spreads itself over devices keeps its layout, as in Triton).
+    AsSaved,
+}
+
 impl Module {
-    /// Loads `path` onto the CPU (`device` None) or a CUDA device.
-    pub(crate) fn load(
-        path: &Path,
-        device: Option<u32>,
-        inference_mode: bool,
-    ) -> Result<Self, String> {
+    /// Loads `path` with its tensors on `device`.
+    pub(crate) fn load(path: &Path, device: LoadOn, inference_mode: bool) -> Result<Self, String> {
         let path_text = path
             .to_str()
             .ok_or_else(|| format!("path '{}' is not UTF-8", path.display()))?;
         let c_path = c_string(path_text, "path")?;
         let index = match device {
-            None => -1,
-            Some(d) => c_int::try_from(d).map_err(|_| format!("no CUDA device {d}"))?,
+            LoadOn::Cpu => -1,
+            LoadOn::AsSaved => -2,
+            LoadOn::Cuda(d) => c_int::try_from(d).map_err(|_| format!("no CUDA device {d}"))?,
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: the path is a valid C string for the call; on success the

@@ -130,16 +130,21 @@ char* ntm_cuda_ready(int device_index) {
   }
 }
 
-// Loads a TorchScript file onto the CPU (device_index < 0) or a CUDA device,
-// and reads forward()'s arguments, without `self`.
+// Loads a TorchScript file onto the CPU (device_index -1), a CUDA device
+// (0 and up) or where its tensors were saved (-2), and reads forward()'s
+// arguments, without `self`.
 char* ntm_load(const char* path, int device_index, bool inference_mode, ntm_module** out) {
   try {
     c10::InferenceMode guard(inference_mode);
-    torch::Device device = device_index < 0
-                               ? torch::Device(torch::kCPU)
-                               : torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index));
     auto handle = std::make_unique<ntm_module>();
-    handle->module = std::make_shared<torch::jit::Module>(torch::jit::load(path, device));
+    if (device_index == -2) {
+      handle->module = std::make_shared<torch::jit::Module>(torch::jit::load(path));
+    } else {
+      torch::Device device = device_index < 0
+                                 ? torch::Device(torch::kCPU)
+                                 : torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(device_index));
+      handle->module = std::make_shared<torch::jit::Module>(torch::jit::load(path, device));
+    }
     const auto& arguments = handle->module->get_method("forward").function().getSchema().arguments();
     size_t start = 0;
     if (!arguments.empty() && arguments[0].type()->kind() == c10::TypeKind::ClassType) {

@@ -373,3 +373,19 @@ fn a_gpu_instance_without_a_usable_gpu_fails_with_the_reason() {
         "{text}"
     );
 }
+
+#[test]
+fn a_kind_model_instance_keeps_the_devices_the_module_was_saved_on() {
+    // The module was saved on the CPU, so KIND_MODEL runs it there, with
+    // its inputs prepared on the CPU, as Triton's PyTorch backend does.
+    let model = resolve("torch_identity_fp32");
+    let backend = model.backend.clone().unwrap();
+    let mut m = backend.load(&source(&model, Device::Model)).unwrap();
+    let out = run(
+        m.as_mut(),
+        vec![f32s("INPUT__0", &[1, 2], &[1.5, -2.0])],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(out[0].data, f32s("x", &[1, 2], &[1.5, -2.0]).data);
+}
