@@ -124,6 +124,22 @@ enum Registered {
     Cuda(Arc<CudaRegion>),
 }
 
+/// Which extension a region belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    System,
+    Cuda,
+}
+
+impl Registered {
+    fn kind(&self) -> Kind {
+        match self {
+            Registered::System(_) => Kind::System,
+            Registered::Cuda(_) => Kind::Cuda,
+        }
+    }
+}
+
 /// The registered regions, by name, and the devices CUDA regions live on.
 #[derive(Debug)]
 pub struct SharedMemoryRegistry {
@@ -226,42 +242,34 @@ impl SharedMemoryRegistry {
     /// region's, is no error and changes nothing, as in Triton. Requests
     /// in flight keep the mapping until they finish.
     pub fn unregister(&self, name: &str) {
-        let mut regions = self.regions.lock();
-        if matches!(regions.get(name), Some(Registered::System(_))) {
-            regions.remove(name);
-            tracing::debug!(region = name, "unregistered system shared memory");
-        }
+        self.forget(Some(name), Kind::System);
     }
 
     /// Forgets the CUDA region `name`, as [`SharedMemoryRegistry::unregister`].
     pub fn unregister_cuda(&self, name: &str) {
-        let mut regions = self.regions.lock();
-        if matches!(regions.get(name), Some(Registered::Cuda(_))) {
-            regions.remove(name);
-            tracing::debug!(region = name, "unregistered CUDA shared memory");
-        }
+        self.forget(Some(name), Kind::Cuda);
     }
 
     /// Forgets every system region.
     pub fn unregister_all(&self) {
-        let mut regions = self.regions.lock();
-        let before = regions.len();
-        regions.retain(|_, r| !matches!(r, Registered::System(_)));
-        tracing::debug!(
-            count = before - regions.len(),
-            "unregistered all system shared memory"
-        );
+        self.forget(None, Kind::System);
     }
 
     /// Forgets every CUDA region.
     pub fn unregister_all_cuda(&self) {
+        self.forget(None, Kind::Cuda);
+    }
+
+    /// Forgets the region `name` (every region when `None`) if it is of
+    /// `kind`.
+    fn forget(&self, name: Option<&str>, kind: Kind) {
         let mut regions = self.regions.lock();
         let before = regions.len();
-        regions.retain(|_, r| !matches!(r, Registered::Cuda(_)));
-        tracing::debug!(
-            count = before - regions.len(),
-            "unregistered all CUDA shared memory"
-        );
+        regions.retain(|n, r| r.kind() != kind || name.is_some_and(|name| name != n));
+        let count = before - regions.len();
+        if count > 0 {
+            tracing::debug!(count, region = name, ?kind, "unregistered shared memory");
+        }
     }
 
     /// Every system region, or the one named (which must exist and be a

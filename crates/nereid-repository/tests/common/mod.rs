@@ -84,6 +84,11 @@ impl Backend for FakeBackend {
     fn default_model_filename(&self) -> &'static str {
         self.filename
     }
+    /// Triton's reference answers came from its GPU build, whose backends
+    /// all run on GPUs.
+    fn gpu_capable(&self) -> bool {
+        true
+    }
     fn inspect(&self, model_path: &Path) -> Result<ModelIo, BackendError> {
         if model_path.exists() {
             Ok(self.io.clone())
