@@ -105,6 +105,37 @@ other_busy_pct() {
     printf "%d\n", (total > 0) ? 100 * other / total : 0 }'
 }
 
+# --- server CPU per inference ----------------------------------------------
+
+# Sum of inference_count over the versions of MODEL, from GET
+# /v2/models/MODEL/stats on the HTTP PORT (nereid and Triton answer alike);
+# "none" when that fails.
+#   inference_count PORT MODEL
+inference_count() {
+  curl -sf "http://127.0.0.1:$1/v2/models/$2/stats" 2>/dev/null |
+    python3 -c 'import json, sys
+print(sum(int(v.get("inference_count", 0)) for v in json.load(sys.stdin)["model_stats"]))' \
+      2>/dev/null || echo none
+}
+
+# "ticks inferences" of a server now: its process tree's user+system ticks and
+# MODEL's inference count.
+#   cpu_point PID PORT MODEL
+cpu_point() {
+  echo "$(tree_ticks "$1") $(inference_count "$2" "$3")"
+}
+
+# key=value lines for a results .cpu file from two cpu_points: the server's
+# ticks and inferences in between, the tick rate and the CPU µs per
+# inference; false when a count is missing or nothing was inferred.
+cpu_env_per_inference() {
+  echo "$1 $2" | awk -v hz="$(getconf CLK_TCK)" '
+    $2 !~ /^[0-9]+$/ || $4 !~ /^[0-9]+$/ || $4 <= $2 { exit 1 }
+    { ticks = $3 - $1; n = $4 - $2
+      print "ticks=" ticks; print "inferences=" n; print "ticks_per_s=" hz
+      printf "us_per_inference=%.1f\n", ticks * 1e6 / hz / n }'
+}
+
 # Waits until the server PID answers READY_URL with 200, failing with the
 # tail of LOG when it exits or READY_TIMEOUT_S passes; logs how long it took.
 # CURL_ARGS go to curl (for HTTPS, --cacert).

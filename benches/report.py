@@ -4,6 +4,11 @@ The folder holds, per server S (nereid, triton):
   S.env                   ready_ms, rss/pss (kB) and process counts at start and end
   S.metadata.json         GET /v2 of the server
   S_MODEL_PROTO_cC.csv    perf_analyzer -f output, one row per concurrency
+  S_MODEL_PROTO_cC.cpu    the server's CPU ticks, inferences and tick rate
+                          over that perf_analyzer run
+and once:
+  triton.backend          which Triton ran: backend=onnxruntime (native) or
+                          python, and the ONNX Runtime release inside it
 A missing CSV is a failed perf_analyzer run; it shows as "failed" in the tables.
 """
 
@@ -17,6 +22,7 @@ import statistics
 import subprocess
 import sys
 
+# The matrix measured; main() narrows it to what benches/run.sh ran.
 MODELS = ("simple", "mlp")
 PROTOCOLS = ("http", "grpc")
 CONCURRENCIES = (1, 8)
@@ -45,15 +51,28 @@ def read_csv(path):
     return {key: float(rows[0][col]) for key, col in COLUMNS.items()}
 
 
-def read_env(path):
+def read_kv(path):
+    """key=value lines as strings; empty when the file is missing."""
     values = {}
     if os.path.exists(path):
         with open(path) as f:
             for line in f:
                 key, _, value = line.strip().partition("=")
                 if key:
-                    values[key] = int(value)
+                    values[key] = value
     return values
+
+
+def read_env(path):
+    return {key: float(v) if "." in v else int(v) for key, v in read_kv(path).items()}
+
+
+def read_cpu(path):
+    """Server CPU µs per inference from a .cpu file, or None."""
+    env = read_env(path)
+    if not env.get("inferences") or not env.get("ticks_per_s"):
+        return None
+    return env["ticks"] * 1e6 / env["ticks_per_s"] / env["inferences"]
 
 
 def read_json(path):
@@ -64,20 +83,25 @@ def read_json(path):
         return {}
 
 
+def matrix():
+    """Every (model, protocol, concurrency) cell, in table order."""
+    return [(m, p, c) for m in MODELS for p in PROTOCOLS for c in CONCURRENCIES]
+
+
 def load(results, servers):
     data = {}
     for server in servers:
-        cells, retried = {}, set()
-        for model in MODELS:
-            for proto in PROTOCOLS:
-                for c in CONCURRENCIES:
-                    base = os.path.join(results, f"{server}_{model}_{proto}_c{c}")
-                    path = base + ".csv"
-                    cells[model, proto, c] = read_csv(path) if os.path.exists(path) else None
-                    if os.path.exists(base + ".retried"):
-                        retried.add((model, proto, c))
+        cells, cpu, retried = {}, {}, set()
+        for key in matrix():
+            base = os.path.join(results, "{}_{}_{}_c{}".format(server, *key))
+            path = base + ".csv"
+            cells[key] = read_csv(path) if os.path.exists(path) else None
+            cpu[key] = read_cpu(base + ".cpu")
+            if os.path.exists(base + ".retried"):
+                retried.add(key)
         data[server] = {
             "cells": cells,
+            "cpu": cpu,
             "retried": retried,
             "env": read_env(os.path.join(results, f"{server}.env")),
             "meta": read_json(os.path.join(results, f"{server}.metadata.json")),
@@ -128,27 +152,49 @@ def ratio(a, b):
     return None if a is None or b is None or b == 0 else a / b
 
 
-def perf_table(data, servers):
-    both = "nereid" in servers and "triton" in servers
+def cpu_cell(data, server, key):
+    return data.get(server, {}).get("cpu", {}).get(key)
+
+
+def fmt_ratio(r):
+    return "—" if r is None else f"{r:.2f}×"
+
+
+def perf_head(servers, both):
     head = ["model", "protocol", "concurrency"]
     for key, unit in (("throughput", "infer/s"), ("p50", "p50 µs"), ("p99", "p99 µs")):
         head += [f"{LABELS[s]} {unit}" for s in servers]
         if both and key == "throughput":
             head.append("nereid ÷ Triton")
+    head += [f"{LABELS[s]} CPU µs/infer" for s in servers]
+    if both:
+        head.append("CPU nereid ÷ Triton")
+    return head
+
+
+def perf_row(data, servers, both, k):
+    row = [f"`{k[0]}`", k[1], str(k[2])]
+    for key in ("throughput", "p50", "p99"):
+        for s in servers:
+            mark = " †" if k in data[s]["retried"] else ""
+            row.append(fmt_num(cell(data, s, key, *k)) + mark)
+        if both and key == "throughput":
+            row.append(fmt_ratio(ratio(cell(data, "nereid", key, *k),
+                                       cell(data, "triton", key, *k))))
+    for s in servers:
+        v = cpu_cell(data, s, k)
+        row.append("—" if v is None else fmt_num(v))
+    if both:
+        row.append(fmt_ratio(ratio(cpu_cell(data, "nereid", k), cpu_cell(data, "triton", k))))
+    return row
+
+
+def perf_table(data, servers):
+    both = "nereid" in servers and "triton" in servers
+    head = perf_head(servers, both)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for model in MODELS:
-        for proto in PROTOCOLS:
-            for c in CONCURRENCIES:
-                row = [f"`{model}`", proto, str(c)]
-                for key in ("throughput", "p50", "p99"):
-                    for s in servers:
-                        mark = " †" if (model, proto, c) in data[s]["retried"] else ""
-                        row.append(fmt_num(cell(data, s, key, model, proto, c)) + mark)
-                    if both and key == "throughput":
-                        r = ratio(cell(data, "nereid", key, model, proto, c),
-                                  cell(data, "triton", key, model, proto, c))
-                        row.append("—" if r is None else f"{r:.2f}×")
-                lines.append("| " + " | ".join(row) + " |")
+    for k in matrix():
+        lines.append("| " + " | ".join(perf_row(data, servers, both, k)) + " |")
     return "\n".join(lines)
 
 
@@ -187,61 +233,119 @@ def startup_table(data, servers):
 
 
 def span(values):
+    if len(values) == 1:
+        return f"{values[0]:.2f}×"
     return f"{min(values):.2f}× to {max(values):.2f}× (median {statistics.median(values):.2f}×)"
 
 
-def reading(data, servers):
+def reading(data, servers, triton):
     """Sentences derived from the numbers; nothing here is fixed in advance."""
     if not ("nereid" in servers and "triton" in servers):
         return ["Only one server was measured, so there is no comparison to read."]
+    out = [*throughput_reading(data), *cpu_reading(data), *p99_reading(data)]
+    for server in servers:
+        out += concurrency_reading(data, server) + protocol_reading(data, server)
+    out += startup_reading(data, triton) + memory_reading(data)
+    load = busy_note(data, servers)
+    return out + ([load] if load else [])
+
+
+def both_ratios(data, value):
+    """nereid ÷ Triton of value(data, server, key) per cell both have."""
+    pairs = {k: ratio(value(data, "nereid", k), value(data, "triton", k)) for k in matrix()}
+    return {k: v for k, v in pairs.items() if v is not None}
+
+
+def throughput_reading(data):
+    thr = both_ratios(data, lambda d, s, k: cell(d, s, "throughput", *k))
+    if not thr:
+        return []
     out = []
-    keys = [(m, p, c) for m in MODELS for p in PROTOCOLS for c in CONCURRENCIES]
-    thr = {k: ratio(cell(data, "nereid", "throughput", *k), cell(data, "triton", "throughput", *k))
-           for k in keys}
-    thr = {k: v for k, v in thr.items() if v is not None}
-    if thr:
-        for model in MODELS:
-            vals = [v for k, v in thr.items() if k[0] == model]
-            if vals:
-                out.append(f"- `{model}`: nereid's throughput was {span(vals)} Triton's "
-                           f"over the {len(vals)} protocol × concurrency cells.")
-        slower = [k for k, v in thr.items() if v < 1]
-        if slower:
-            named = ", ".join(f"`{m}` {p} c={c}" for m, p, c in slower)
-            out.append(f"- Triton had the higher throughput in: {named}.")
-        else:
-            out.append("- nereid had the higher throughput in every cell measured.")
-    p99 = [(k, cell(data, "nereid", "p99", *k), cell(data, "triton", "p99", *k)) for k in keys]
-    p99 = [(k, a, b) for k, a, b in p99 if a is not None and b is not None]
-    if p99:
-        lower = sum(1 for _, a, b in p99 if a < b)
-        out.append(f"- p99 latency was lower on nereid in {lower} of {len(p99)} cells.")
-    for server in servers:
-        gains = []
-        for model in MODELS:
-            vals = [ratio(cell(data, server, "throughput", model, p, 8),
-                          cell(data, server, "throughput", model, p, 1)) for p in PROTOCOLS]
-            vals = [v for v in vals if v is not None]
-            if vals:
-                gains.append(f"`{model}` {' / '.join(f'{v:.2f}×' for v in vals)}")
-        if gains:
-            out.append(f"- {LABELS[server]}: concurrency 8 over concurrency 1, throughput "
-                       f"(http / grpc): {'; '.join(gains)}.")
-    for server in servers:
-        vals = [ratio(cell(data, server, "throughput", m, "grpc", c),
-                      cell(data, server, "throughput", m, "http", c))
-                for m in MODELS for c in CONCURRENCIES]
+    for model in MODELS:
+        vals = [v for k, v in thr.items() if k[0] == model]
+        if vals:
+            out.append(f"- `{model}`: nereid's throughput was {span(vals)} Triton's "
+                       f"over the {len(vals)} protocol × concurrency cells.")
+    slower = [k for k, v in thr.items() if v < 1]
+    if slower:
+        named = ", ".join(f"`{m}` {p} c={c}" for m, p, c in slower)
+        out.append(f"- Triton had the higher throughput in: {named}.")
+    else:
+        out.append("- nereid had the higher throughput in every cell measured.")
+    return out
+
+
+def cpu_reading(data):
+    cpu = both_ratios(data, cpu_cell)
+    out = []
+    for model in MODELS:
+        keys = [k for k in cpu if k[0] == model]
+        if keys:
+            mine = [cpu_cell(data, "nereid", k) for k in keys]
+            theirs = [cpu_cell(data, "triton", k) for k in keys]
+            cells = "1 cell" if len(keys) == 1 else f"{len(keys)} cells"
+            out.append(f"- `{model}`: nereid's server CPU time per inference was "
+                       f"{span([cpu[k] for k in keys])} Triton's over {cells} "
+                       f"(nereid {us_range(mine)}, Triton {us_range(theirs)}).")
+    return out
+
+
+def us_range(values):
+    low, high = min(values), max(values)
+    return f"{low:,.0f} µs" if round(low) == round(high) else f"{low:,.0f}–{high:,.0f} µs"
+
+
+def p99_reading(data):
+    p99 = both_ratios(data, lambda d, s, k: cell(d, s, "p99", *k))
+    if not p99:
+        return []
+    lower = sum(1 for v in p99.values() if v < 1)
+    return [f"- p99 latency was lower on nereid in {lower} of {len(p99)} cells."]
+
+
+def concurrency_reading(data, server):
+    if len(CONCURRENCIES) < 2:
+        return []
+    low, high = min(CONCURRENCIES), max(CONCURRENCIES)
+    gains = []
+    for model in MODELS:
+        vals = [ratio(cell(data, server, "throughput", model, p, high),
+                      cell(data, server, "throughput", model, p, low)) for p in PROTOCOLS]
         vals = [v for v in vals if v is not None]
         if vals:
-            out.append(f"- {LABELS[server]}: gRPC throughput was {span(vals)} its HTTP "
-                       "throughput for the same model and concurrency.")
+            gains.append(f"`{model}` {' / '.join(f'{v:.2f}×' for v in vals)}")
+    if not gains:
+        return []
+    return [f"- {LABELS[server]}: concurrency {high} over concurrency {low}, throughput "
+            f"({' / '.join(PROTOCOLS)}): {'; '.join(gains)}."]
+
+
+def protocol_reading(data, server):
+    vals = [ratio(cell(data, server, "throughput", m, "grpc", c),
+                  cell(data, server, "throughput", m, "http", c))
+            for m in MODELS for c in CONCURRENCIES]
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return []
+    return [f"- {LABELS[server]}: gRPC throughput was {span(vals)} its HTTP "
+            "throughput for the same model and concurrency."]
+
+
+def startup_reading(data, triton):
     ready = [data[s]["env"].get("ready_ms") for s in ("nereid", "triton")]
-    if None not in ready:
+    if None in ready:
+        return []
+    line = f"- Start-up: nereid was ready in {ready[0]} ms, Triton in {ready[1]} ms."
+    if not native(triton):
         stubs = data["triton"]["env"].get("processes_start", 1) - 1
-        out.append(f"- Start-up: nereid was ready in {ready[0]} ms, Triton in {ready[1]} ms. "
-                   f"Triton's start includes {stubs} Python stub processes (one per model "
-                   "instance), each importing numpy and onnxruntime before building its "
-                   "session.")
+        line += (f" Triton's start includes {stubs} Python stub processes (one per model "
+                 "instance), each importing numpy and onnxruntime before building its "
+                 "session.")
+    return [line]
+
+
+def memory_reading(data):
+    out = []
     rss = [data[s]["env"].get("rss_end_kb") for s in ("nereid", "triton")]
     rss_start = [data[s]["env"].get("rss_start_kb") for s in ("nereid", "triton")]
     if None not in rss_start and rss_start[0]:
@@ -251,9 +355,6 @@ def reading(data, servers):
     if None not in rss and None not in pss and rss[0] and pss[0]:
         out.append(f"- Memory after the benchmark: Triton's process tree used {rss[1] / rss[0]:.1f}× "
                    f"nereid's RSS and {pss[1] / pss[0]:.1f}× its PSS.")
-    load = busy_note(data, servers)
-    if load:
-        out.append(load)
     return out
 
 
@@ -270,7 +371,12 @@ def busy_note(data, servers):
     return ""
 
 
-def versions(data, args):
+def native(triton):
+    """Whether Triton ran its native ONNX Runtime backend (not Python's)."""
+    return triton.get("backend") == "onnxruntime"
+
+
+def versions(data, args, triton):
     meta = {s: data[s]["meta"] for s in data}
     stamp_dir = os.path.join(".tools", "perf_analyzer")
     pa = "2.51.0"
@@ -284,16 +390,147 @@ def versions(data, args):
              f"tree was at git `{os.environ.get('NEREID_REV') or git_rev()}` when the run ended"
              + (f"; reports version {meta['nereid'].get('version')}" if meta.get("nereid") else "")]
     if meta.get("triton"):
+        backend = ("ONNX Runtime backend r24.10 (built from source, see above)"
+                   if native(triton) else "Python backend")
         lines.append(f"- Triton: `tritonserver` {meta['triton'].get('version', '?')} from the "
-                     "`nvidia-pytriton==0.7.0` wheel, Python backend")
+                     f"`nvidia-pytriton==0.7.0` wheel, {backend}")
     lines.append(f"- perf_analyzer: {pa} (from the `tritonclient[all]=={pa}` wheel)")
-    lines.append(f"- ONNX Runtime: {args.ort_version} in both servers (nereid loads the "
-                 "`onnxruntime` wheel's `libonnxruntime.so`; Triton's model.py imports the same "
-                 "release's Python package)")
+    lines.append(ort_versions(args, triton))
     return lines
 
 
-def render(data, args):
+def ort_versions(args, triton):
+    if native(triton):
+        return (f"- ONNX Runtime: nereid {args.ort_version} (it loads the `.venv` `onnxruntime` "
+                f"wheel's `libonnxruntime.so`); Triton {triton.get('ort_version', '?')} (the "
+                "`libonnxruntime.so` its ONNX Runtime backend was built against and ships "
+                "beside it)")
+    return (f"- ONNX Runtime: {args.ort_version} in both servers (nereid loads the "
+            "`onnxruntime` wheel's `libonnxruntime.so`; Triton's model.py imports the same "
+            "release's Python package)")
+
+
+MODELS_PROSE = (
+    "`model_repository/simple/1/model.onnx` (INT32 `INPUT0`/`INPUT1` [16] → sum and "
+    "difference, `max_batch_size` 8) and `model_repository/mlp/1/model.onnx` (FP32 `INPUT` "
+    "[256] → 256-1024-1024-16 MLP → `OUTPUT` [16], `max_batch_size` 64)")
+BATCHING_PROSE = (
+    "`mlp` has the same `dynamic_batching { max_queue_delay_microseconds: 2000 }` on both "
+    "servers (as in `model_repository/mlp/config.pbtxt`); `simple` has none on either. The "
+    "comparison is like for like: batched against batched, unbatched against unbatched.")
+NEREID_PROSE = (
+    "- **nereid** runs them with its ONNX Runtime backend (Rust, `ort`), from a copy "
+    "of `model_repository/` holding only `simple` and `mlp`.")
+
+
+def compared(triton):
+    """The "What is compared" paragraphs for the Triton that ran."""
+    return compared_native(triton) if native(triton) else compared_python()
+
+
+def compared_native(triton):
+    ort = triton.get("ort_version", "?")
+    return [
+        f"Both servers serve the same copy of `model_repository/` holding only `simple` and "
+        f"`mlp`: the same ONNX files, {MODELS_PROSE}, and the same `config.pbtxt` files; "
+        "each model runs two CPU instances (the default when a config names no "
+        "`instance_group`). "
+        "Each runs them through ONNX Runtime with its default session options, but not the "
+        f"same release: Triton's ONNX Runtime backend is built against {ort}, nereid loads "
+        "the release of the `onnxruntime` wheel in `.venv` (see Versions). Threads differ: "
+        "nereid's sessions share its process-wide intra-op pool, a thread per core "
+        "(docs/scheduler.md), where each of Triton's model instances has a session, and an "
+        "intra-op pool, of its own. " + BATCHING_PROSE,
+        "",
+        NEREID_PROSE,
+        "- **Triton** runs them **with its native ONNX Runtime backend** "
+        "(`libtriton_onnxruntime.so`, platform `onnxruntime_onnx`), inside the "
+        "`tritonserver` process, as a stock Triton release serves ONNX models on CPU.",
+        "",
+        "The `tritonserver` in the `nvidia-pytriton` wheel ships only the Python backend, so "
+        "the ONNX Runtime backend was built from source for this run: Triton's "
+        "`onnxruntime_backend`, `core`, `backend` and `common` repositories at tag `r24.10` "
+        "(the release of Triton 2.51), built with cmake against ONNX Runtime "
+        f"{ort} taken from the PyPI `onnxruntime=={ort}` wheel, CPU only "
+        "(`TRITON_ENABLE_GPU=OFF`), in a backends folder that also holds the wheel's own "
+        "`python` backend. `benches/run.sh` and `scripts/run-triton.sh` take that folder "
+        "from `TRITON_BACKEND_DIR`; building it is not part of this repository.",
+    ]
+
+
+def compared_python():
+    return [
+        f"Both servers serve the same two ONNX files, {MODELS_PROSE}, each with two CPU "
+        "instances, through the "
+        "same ONNX Runtime release with its default session options (except threads: "
+        "nereid's sessions share its process-wide intra-op pool, a thread per core, where "
+        "each of Triton's Python models has a session of its own; docs/scheduler.md). "
+        + BATCHING_PROSE,
+        "",
+        NEREID_PROSE,
+        "- **Triton** runs them **with ONNX Runtime inside its Python backend**: the "
+        "`tritonserver` in the `nvidia-pytriton` wheel ships only the Python backend, not "
+        "Triton's ONNX Runtime backend, and `TRITON_BACKEND_DIR` was not set to a backends "
+        "folder that has it. `benches/triton_models/` holds Python models with "
+        "the same names, inputs, outputs and `max_batch_size`, whose `model.py` calls "
+        "`onnxruntime.InferenceSession.run` on the same file (once per batch of requests, on "
+        "their concatenated inputs). The Triton numbers therefore "
+        "include the Python backend's overhead (a stub process per instance, shared-memory "
+        "hand-off, the Python interpreter); Triton with its native ONNX Runtime backend "
+        "would likely do better than shown here. This is a comparison with the Triton one "
+        "can run here, not with Triton at its best.",
+    ]
+
+
+def command_section(args):
+    models = ", ".join(f"`{m}`" for m in MODELS)
+    protocols = ", ".join(f"`{p}`" for p in PROTOCOLS)
+    concurrencies = ", ".join(str(c) for c in CONCURRENCIES)
+    return [
+        "## perf_analyzer command",
+        "",
+        f"For each server, model ({models}), protocol ({protocols}) and "
+        f"concurrency ({concurrencies}), under `timeout 120`:",
+        "",
+        "```",
+        f".tools/perf_analyzer/perf_analyzer.sh {args.pa_args}",
+        "```",
+        "",
+        f"Each measurement window is {args.requests} requests (`count_windows`); "
+        "perf_analyzer reports the last three windows merged once their throughput and "
+        "latency agree within 50 % (`-s 50`), trying at most 5 windows (`-r 5`). Its "
+        "default 10 % threshold did not settle on this 2-core machine; a run that does not "
+        "settle even so is run once more with windows twice as long (marked † below). "
+        "Inputs are perf_analyzer's random data, batch size 1. Latencies are "
+        "perf_analyzer's client-side request latencies in microseconds.",
+        "",
+        "Server CPU µs/infer is the user + system CPU time of the server's process tree "
+        "(`/proc/PID/stat` utime + stime, summed over `tritonserver` and any child "
+        "processes) divided by the inferences it counted (the sum of `inference_count` "
+        "over the model's versions in `GET /v2/models/MODEL/stats`), both read just before "
+        "and just after perf_analyzer, so both cover the same span, perf_analyzer's warm-up "
+        "and unreported windows included. It counts every thread of the server (HTTP and "
+        "gRPC handling, scheduling, ONNX Runtime's pools), not perf_analyzer's.",
+        "",
+    ]
+
+
+def startup_note(triton):
+    tree = ("`tritonserver` alone, its ONNX Runtime backend loaded in that process"
+            if native(triton) else
+            "`tritonserver` plus its Python backend stub processes (one per model "
+            "instance). RSS counts pages shared between those processes (libpython, numpy, "
+            "onnxruntime) once per process; PSS splits them, so PSS is the fairer total "
+            "for Triton")
+    return ("Time to ready runs from the moment the server binary is exec'd (for Triton, "
+            "after `scripts/run-triton.sh` has found its paths) to the first 200 from "
+            "`GET /v2/health/ready`, polled every 10 ms with curl; both servers report ready "
+            "only once every model is loaded. Memory is summed over the server's process "
+            "tree from `/proc/PID/status` (VmRSS) and `/proc/PID/smaps_rollup` (Pss): for "
+            f"nereid that is one process; for Triton it is {tree}.")
+
+
+def render(data, args, triton):
     servers = args.servers.split()
     m = machine()
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -306,30 +543,7 @@ def render(data, args):
         "",
         "## What is compared",
         "",
-        "Both servers serve the same two ONNX files, `model_repository/simple/1/model.onnx` "
-        "(INT32 `INPUT0`/`INPUT1` [16] → sum and difference, `max_batch_size` 8) and "
-        "`model_repository/mlp/1/model.onnx` (FP32 `INPUT` [256] → 256-1024-1024-16 MLP "
-        "→ `OUTPUT` [16], `max_batch_size` 64), each with two CPU instances, through the "
-        "same ONNX Runtime release with its default session options (except threads: "
-        "nereid's sessions share its process-wide intra-op pool, a thread per core, where "
-        "each of Triton's Python models has a session of its own; docs/scheduler.md). "
-        "`mlp` has the same "
-        "`dynamic_batching { max_queue_delay_microseconds: 2000 }` on both servers (as in "
-        "`model_repository/mlp/config.pbtxt`); `simple` has none on either. The comparison "
-        "is like for like: batched against batched, unbatched against unbatched.",
-        "",
-        "- **nereid** runs them with its ONNX Runtime backend (Rust, `ort`), from a copy "
-        "of `model_repository/` holding only `simple` and `mlp`.",
-        "- **Triton** runs them **with ONNX Runtime inside its Python backend**: the "
-        "`tritonserver` in the `nvidia-pytriton` wheel ships only the Python backend, not "
-        "Triton's ONNX Runtime backend. `benches/triton_models/` holds Python models with "
-        "the same names, inputs, outputs and `max_batch_size`, whose `model.py` calls "
-        "`onnxruntime.InferenceSession.run` on the same file (once per batch of requests, on "
-        "their concatenated inputs). The Triton numbers therefore "
-        "include the Python backend's overhead (a stub process per instance, shared-memory "
-        "hand-off, the Python interpreter); Triton with its native ONNX Runtime backend "
-        "would likely do better than shown here. This is a comparison with the Triton one "
-        "can run here, not with Triton at its best.",
+        *compared(triton),
         "",
         "Both servers are started one after the other, then measured in turn cell by "
         "cell (nereid, then Triton, for each row of the table), so that background load "
@@ -345,25 +559,10 @@ def render(data, args):
         "",
         "## Versions",
         "",
-        *versions(data, args),
+        *versions(data, args, triton),
         "",
-        "## perf_analyzer command",
-        "",
-        "For each server, model (`simple`, `mlp`), protocol (`http`, `grpc`) and "
-        "concurrency (1, 8), under `timeout 120`:",
-        "",
-        "```",
-        f".tools/perf_analyzer/perf_analyzer.sh {args.pa_args}",
-        "```",
-        "",
-        f"Each measurement window is {args.requests} requests (`count_windows`); "
-        "perf_analyzer reports the last three windows merged once their throughput and "
-        "latency agree within 50 % (`-s 50`), trying at most 5 windows (`-r 5`). Its "
-        "default 10 % threshold did not settle on this 2-core machine; a run that does not settle even so is run once more "
-        "with windows twice as long (marked † below). Inputs are perf_analyzer's random data, batch size 1. "
-        "Latencies are perf_analyzer's client-side request latencies in microseconds.",
-        "",
-        "## Throughput and latency",
+        *command_section(args),
+        "## Throughput, latency and server CPU",
         "",
         perf_table(data, servers),
         "",
@@ -372,19 +571,11 @@ def render(data, args):
         "",
         startup_table(data, servers),
         "",
-        "Time to ready runs from the moment the server binary is exec'd (for Triton, "
-        "after `scripts/run-triton.sh` has found its paths) to the first 200 from "
-        "`GET /v2/health/ready`, polled every 10 ms with curl; both servers report ready "
-        "only once every model is loaded. Memory is summed over the server's process tree "
-        "from `/proc/PID/status` (VmRSS) and `/proc/PID/smaps_rollup` (Pss): for nereid "
-        "that is one process; for Triton it is `tritonserver` plus its Python backend "
-        "stub processes (one per model instance). RSS counts pages shared between those "
-        "processes (libpython, numpy, onnxruntime) once per process; PSS splits them, "
-        "so PSS is the fairer total for Triton.",
+        startup_note(triton),
         "",
         "## Reading",
         "",
-        *reading(data, servers),
+        *reading(data, servers, triton),
         "",
         "Caveats: one run per cell with short windows, on a small shared machine; "
         "differences of a few percent are noise. On `simple` (no dynamic batching) "
@@ -411,6 +602,14 @@ def kept_batching_section(path):
     return "\n" + BATCHING_BEGIN + block + BATCHING_END + "\n"
 
 
+def set_matrix(args):
+    """Narrows MODELS, PROTOCOLS and CONCURRENCIES to the cells run.sh ran."""
+    global MODELS, PROTOCOLS, CONCURRENCIES
+    MODELS = tuple(args.models.split())
+    PROTOCOLS = tuple(args.protocols.split())
+    CONCURRENCIES = tuple(int(c) for c in args.concurrencies.split())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--results", required=True)
@@ -420,9 +619,14 @@ def main():
     parser.add_argument("--ort-version", required=True)
     parser.add_argument("--servers", default="nereid triton")
     parser.add_argument("--nereid-bin", default="target/release/nereid")
+    parser.add_argument("--models", default=" ".join(MODELS))
+    parser.add_argument("--protocols", default=" ".join(PROTOCOLS))
+    parser.add_argument("--concurrencies", default=" ".join(map(str, CONCURRENCIES)))
     args = parser.parse_args()
+    set_matrix(args)
     data = load(args.results, args.servers.split())
-    text = render(data, args) + kept_batching_section(args.out)
+    triton = read_kv(os.path.join(args.results, "triton.backend"))
+    text = render(data, args, triton) + kept_batching_section(args.out)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         f.write(text)

@@ -3,6 +3,12 @@
 # 2.51 serving the same ONNX files; writes docs/benchmarks.md. Then runs
 # benches/batching.sh, which adds its "Dynamic batching" section.
 #
+# Which Triton: with TRITON_BACKEND_DIR set, Triton serves the very repository
+# copy nereid serves (model_repository/simple and mlp, same config.pbtxt)
+# through its native ONNX Runtime backend; without it, the wheel's Triton has
+# only the Python backend and serves benches/triton_models (ONNX Runtime
+# called from model.py), and the report says so.
+#
 #   benches/run.sh            # or `make bench`, which builds and sets up first
 #
 # Environment:
@@ -14,6 +20,18 @@
 #   BENCH_READY_TIMEOUT_S  seconds a server gets to become ready (180)
 #   BENCH_BATCHING   0 skips benches/batching.sh (its own variables are
 #                    documented there)
+#   BENCH_MODELS, BENCH_PROTOCOLS, BENCH_CONCURRENCIES
+#                    narrow the matrix ("simple mlp", "http grpc", "1 8"),
+#                    e.g. for a quick check
+#   TRITON_BACKEND_DIR  a Triton backends folder holding
+#                    onnxruntime/libtriton_onnxruntime.so (Triton r24.10's
+#                    native ONNX Runtime backend) and python/; unset: the
+#                    Python-backend comparison
+#
+# Per cell, the server's CPU time per inference: the user+system ticks of its
+# process tree and the sum of inference_count from GET /v2/models/M/stats,
+# read just before and just after perf_analyzer (both cover the same span,
+# its warm-up windows included).
 #
 # Both servers are started one after the other (each timed to ready), then
 # measured in turn, cell by cell, so that background load on a shared machine
@@ -30,9 +48,10 @@ out=${BENCH_OUT:-docs/benchmarks.md}
 nereid_bin=${NEREID_BIN:-target/release/nereid}
 pa=$root/.tools/perf_analyzer/perf_analyzer.sh
 triton_venv=$root/.tools/triton-venv
-models=(simple mlp)
-protocols=(http grpc)
-concurrencies=(1 8)
+read -r -a models <<<"${BENCH_MODELS:-simple mlp}"
+read -r -a protocols <<<"${BENCH_PROTOCOLS:-http grpc}"
+read -r -a concurrencies <<<"${BENCH_CONCURRENCIES:-1 8}"
+triton_backend_dir=${TRITON_BACKEND_DIR:-}
 readonly READY_TIMEOUT_S=${BENCH_READY_TIMEOUT_S:-180} PA_TIMEOUT_S=120 STOP_TIMEOUT_S=20
 
 BENCH_TAG=bench
@@ -66,17 +85,51 @@ setup() {
   ORT_DYLIB_PATH=$(scripts/ort-path.sh)
   [ -n "$ORT_DYLIB_PATH" ] || die "no libonnxruntime in .venv (scripts/setup-python.sh)"
   export ORT_DYLIB_PATH
-  # Triton's python models run the same onnxruntime release as nereid links.
   ort_version=$(.venv/bin/python -c 'import onnxruntime; print(onnxruntime.__version__)')
+  if [ -n "$triton_backend_dir" ]; then setup_native_triton; else setup_python_triton; fi
+  if [ ! -x "$nereid_bin" ]; then
+    log "building nereid (release)"
+    cargo build --release --bin nereid
+  fi
+}
+
+# Triton's python models run the same onnxruntime release as nereid links.
+setup_python_triton() {
   if [ "$("$triton_venv/bin/python" -c 'import onnxruntime; print(onnxruntime.__version__)' 2>/dev/null)" \
       != "$ort_version" ]; then
     log "installing onnxruntime==$ort_version into $triton_venv"
     "$triton_venv/bin/pip" install -q "onnxruntime==$ort_version" 'numpy<2'
   fi
-  if [ ! -x "$nereid_bin" ]; then
-    log "building nereid (release)"
-    cargo build --release --bin nereid
-  fi
+}
+
+# Checks TRITON_BACKEND_DIR and finds the ONNX Runtime release in it, from
+# the name of its libonnxruntime.so.X.Y.Z.
+setup_native_triton() {
+  local lib
+  [ -f "$triton_backend_dir/onnxruntime/libtriton_onnxruntime.so" ] ||
+    die "TRITON_BACKEND_DIR=$triton_backend_dir has no onnxruntime/libtriton_onnxruntime.so"
+  triton_backend_dir=$(cd "$triton_backend_dir" && pwd)
+  lib=$(find "$triton_backend_dir/onnxruntime" -maxdepth 1 -name 'libonnxruntime.so.*.*' | sort | tail -n 1)
+  triton_ort_version=${lib##*/libonnxruntime.so.}
+}
+
+# What the report says about the Triton measured (string values, so not in
+# triton.env, which holds numbers).
+record_triton_kind() {
+  if [ -n "$triton_backend_dir" ]; then
+    printf 'backend=onnxruntime\nort_version=%s\n' "${triton_ort_version:-unknown}"
+  else
+    printf 'backend=python\nort_version=%s\n' "$ort_version"
+  fi >"$work/results/triton.backend"
+}
+
+# The copy of model_repository both servers serve (Triton only when it runs
+# its native ONNX Runtime backend): just the two benchmarked models, so that
+# start-up time and memory compare like with like.
+make_repository() {
+  repo=$work/repository
+  mkdir -p "$repo"
+  cp -r model_repository/simple model_repository/mlp "$repo/"
 }
 
 # --- servers ---------------------------------------------------------------
@@ -108,13 +161,8 @@ record_memory() {
 start_server() {
   local http grpc metrics exe pid t0 t1 i
   read -r http grpc metrics <<<"$(free_ports)"
-  local repo=$work/nereid_repository
   case $server in
     nereid)
-      # The same two models as the Triton repository, so start-up time and
-      # memory compare like with like.
-      mkdir -p "$repo"
-      cp -r model_repository/simple model_repository/mlp "$repo/"
       exe=$(readlink -f "$nereid_bin")
       "$nereid_bin" --model-repository "$repo" \
         --http-address 127.0.0.1 --grpc-address 127.0.0.1 --metrics-address 127.0.0.1 \
@@ -123,10 +171,15 @@ start_server() {
       ;;
     triton)
       exe=tritonserver
-      # Triton would take a stray __pycache__ for a model folder.
-      rm -rf benches/triton_models/__pycache__
+      local triton_repo=$repo
+      if [ -z "$triton_backend_dir" ]; then
+        triton_repo=benches/triton_models
+        # Triton would take a stray __pycache__ for a model folder.
+        rm -rf benches/triton_models/__pycache__
+      fi
       TRITON_HTTP_PORT=$http TRITON_GRPC_PORT=$grpc TRITON_METRICS_PORT=$metrics \
-        scripts/run-triton.sh benches/triton_models >"$work/$server.log" 2>&1 &
+        TRITON_BACKEND_DIR=$triton_backend_dir \
+        scripts/run-triton.sh "$triton_repo" >"$work/$server.log" 2>&1 &
       ;;
   esac
   pid=$!
@@ -174,28 +227,47 @@ measure() {
     -f "$work/results/$name.csv" >>"$work/results/$name.log" 2>&1
 }
 
+# One cell for $server; an unsettled run gets one more try with windows twice
+# as long.
+measure_cell() {
+  local model=$1 proto=$2 c=$3 port name
+  port=${http_port[$server]}
+  [ "$proto" = grpc ] && port=${grpc_port[$server]}
+  name=${server}_${model}_${proto}_c${c}
+  if measure "$model" "$proto" "$port" "$c" "$requests" "$name" ||
+    { log "$name: not stable, retrying with $((2 * requests)) requests per window"
+      echo "retried with $((2 * requests)) requests per window" >"$work/results/$name.retried"
+      measure "$model" "$proto" "$port" "$c" "$((2 * requests))" "$name"; }; then
+    log "$name: $(awk -F, 'NR == 2 { printf "%.0f infer/s", $2 }' "$work/results/$name.csv")"
+  else
+    log "$name: perf_analyzer failed (rc $?): $(tail -n 3 "$work/results/$name.log" | tr '\n' ' ')"
+    rm -f "$work/results/$name.csv"
+    failures=$((failures + 1))
+  fi
+}
+
+# measure_cell with the server's CPU ticks and inference count read around
+# it (retry included), written to NAME.cpu.
+measure_cell_cpu() {
+  local model=$1 name=${server}_${1}_${2}_c${3} before after
+  before=$(cpu_point "${server_pid[$server]}" "${http_port[$server]}" "$model")
+  measure_cell "$@"
+  after=$(cpu_point "${server_pid[$server]}" "${http_port[$server]}" "$model")
+  if cpu_env_per_inference "$before" "$after" >"$work/results/$name.cpu"; then
+    log "$name: $(awk -F= '$1 == "us_per_inference" { print $2 }' "$work/results/$name.cpu") CPU µs/infer"
+  else
+    log "$name: no CPU per inference (stats before: '$before', after: '$after')"
+    rm -f "$work/results/$name.cpu"
+  fi
+}
+
 # Every cell of the matrix, each server in turn.
 run_matrix() {
-  local model proto c port name
+  local model proto c
   for model in "${models[@]}"; do
     for proto in "${protocols[@]}"; do
       for c in "${concurrencies[@]}"; do
-        for server in $servers; do
-          port=${http_port[$server]}
-          [ "$proto" = grpc ] && port=${grpc_port[$server]}
-          name=${server}_${model}_${proto}_c${c}
-          # An unsettled run gets one more try with windows twice as long.
-          if measure "$model" "$proto" "$port" "$c" "$requests" "$name" ||
-            { log "$name: not stable, retrying with $((2 * requests)) requests per window"
-              echo "retried with $((2 * requests)) requests per window" >"$work/results/$name.retried"
-              measure "$model" "$proto" "$port" "$c" "$((2 * requests))" "$name"; }; then
-            log "$name: $(awk -F, 'NR == 2 { printf "%.0f infer/s", $2 }' "$work/results/$name.csv")"
-          else
-            log "$name: perf_analyzer failed (rc $?): $(tail -n 3 "$work/results/$name.log" | tr '\n' ' ')"
-            rm -f "$work/results/$name.csv"
-            failures=$((failures + 1))
-          fi
-        done
+        for server in $servers; do measure_cell_cpu "$model" "$proto" "$c"; done
       done
     done
   done
@@ -205,6 +277,8 @@ run_matrix() {
 
 setup
 mkdir -p "$work/results"
+make_repository
+record_triton_kind
 failures=0
 for server in $servers; do
   case $server in nereid | triton) ;; *) die "unknown server '$server' in BENCH_SERVERS" ;; esac
@@ -226,7 +300,8 @@ done
 "$root/.venv/bin/python" benches/report.py \
   --results "$work/results" --out "$out" --requests "$requests" \
   --pa-args "$(pa_args)" --ort-version "$ort_version" --servers "$servers" \
-  --nereid-bin "$nereid_bin"
+  --nereid-bin "$nereid_bin" --models "${models[*]}" --protocols "${protocols[*]}" \
+  --concurrencies "${concurrencies[*]}"
 log "wrote $out"
 # The dynamic batching benchmark writes its own section of the same report.
 batching_rc=0

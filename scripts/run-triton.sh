@@ -5,6 +5,10 @@
 #
 # Ports: TRITON_HTTP_PORT (18000), TRITON_GRPC_PORT (18001),
 #        TRITON_METRICS_PORT (18002).
+# TRITON_BACKEND_DIR: the --backend-directory (the wheel's own backends
+#        folder, which holds only the python backend). Point it at a folder
+#        that also holds onnxruntime/libtriton_onnxruntime.so to serve
+#        platform "onnxruntime_onnx" models with Triton's native backend.
 # e.g.  scripts/run-triton.sh tests/triton_ref/models --log-verbose=1
 set -euo pipefail
 if [ $# -lt 1 ]; then
@@ -30,7 +34,7 @@ export CUDA_VISIBLE_DEVICES=""
 
 exec "$ts/bin/tritonserver" \
   --model-repository="$repo" \
-  --backend-directory="$ts/backends" \
+  --backend-directory="${TRITON_BACKEND_DIR:-$ts/backends}" \
   --cache-directory="$ts/caches" \
   --http-port="${TRITON_HTTP_PORT:-18000}" \
   --grpc-port="${TRITON_GRPC_PORT:-18001}" \
