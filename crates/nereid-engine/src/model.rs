@@ -88,7 +88,8 @@ impl LoadedVersion {
         let warmup = warmup::samples(&config, model_dir)?;
         let sources = instance_sources(&config, version, &model_path)?;
         let instances = sources.len();
-        let (queue_tx, queue_rx) = crossbeam_channel::bounded(QUEUE_PER_INSTANCE * instances);
+        let (queue_tx, queue_rx) =
+            nereid_scheduler::work_queue::bounded(QUEUE_PER_INSTANCE * instances);
         let stats = Arc::new(ModelStats::default());
         let failure = Arc::new(OnceLock::new());
         let ctx = Arc::new(WorkerContext {

@@ -3,8 +3,8 @@
 //! instance on its own; the dynamic batcher (crate `nereid-scheduler`)
 //! forms batches of several requests and sends them the same way.
 
-use crossbeam_channel::{Sender, TrySendError};
 use nereid_core::Error;
+use nereid_scheduler::work_queue::{TrySendError, WorkSender as Sender};
 use nereid_scheduler::{BatcherHandle, Dispatch};
 
 pub mod job;

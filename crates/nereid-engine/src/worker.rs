@@ -7,11 +7,12 @@ use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 use nereid_core::{
     Activity, Backend, BackendError, BatchRequest, Error, InferResponse, ModelInstance,
     ModelSource, Parameters, RequestWise, Tensor, TensorActivity,
 };
+use nereid_scheduler::work_queue::WorkReceiver as Receiver;
 use nereid_scheduler::{Dispatch, Pending, SlotPermit};
 
 use crate::batch::{gather, pick, scatter};

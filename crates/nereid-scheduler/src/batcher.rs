@@ -121,7 +121,7 @@ fn runtime() -> Result<&'static tokio::runtime::Handle, Error> {
 pub fn spawn<T: Pending>(
     config: BatcherConfig,
     instances: usize,
-    out: crossbeam_channel::Sender<Dispatch<T>>,
+    out: crate::work_queue::WorkSender<Dispatch<T>>,
 ) -> Result<BatcherHandle<T>, Error> {
     let runtime = runtime()?;
     let capacity: usize = config.levels.iter().map(|l| l.max_queue_size).sum();
@@ -147,7 +147,7 @@ struct Actor<T> {
     state: QueueState<T>,
     requests: mpsc::Receiver<(T, Instant)>,
     slots: Arc<Slots>,
-    out: crossbeam_channel::Sender<Dispatch<T>>,
+    out: crate::work_queue::WorkSender<Dispatch<T>>,
 }
 
 impl<T: Pending> Actor<T> {
@@ -224,7 +224,7 @@ mod tests {
     /// waiting out the (here one minute) delay cannot make it bigger.
     #[test]
     fn a_waiting_batch_goes_when_the_answered_client_is_back() {
-        let (out, batches) = crossbeam_channel::unbounded();
+        let (out, batches) = crate::work_queue::unbounded();
         let handle = spawn(config(8, 60_000_000), 2, out).unwrap();
         handle.submit(req(1)).unwrap();
         let first = batches.recv_timeout(Duration::from_secs(10)).unwrap();
@@ -244,7 +244,7 @@ mod tests {
     /// the timeout counts from submission, as Triton's from enqueueing.
     #[test]
     fn a_timeout_that_passed_on_the_way_is_rejected_on_an_idle_model() {
-        let (out, batches) = crossbeam_channel::unbounded();
+        let (out, batches) = crate::work_queue::unbounded();
         let handle = spawn(overridable(Duration::from_secs(60)), 2, out).unwrap();
         let (rejected, rejections) = crossbeam_channel::unbounded();
         let mut hurried = with_timeout(1, Duration::from_micros(1));
@@ -261,7 +261,7 @@ mod tests {
     /// instead of waiting (here a minute) for them.
     #[test]
     fn a_preferred_size_goes_at_once_after_a_burst() {
-        let (out, batches) = crossbeam_channel::unbounded();
+        let (out, batches) = crate::work_queue::unbounded();
         let mut c = config(8, 60_000_000);
         c.preferred_batch_sizes = vec![4, 8];
         let handle = spawn(c, 1, out).unwrap();

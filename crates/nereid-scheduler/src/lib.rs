@@ -11,6 +11,7 @@ mod batcher;
 mod ordering;
 mod policy;
 mod queue;
+pub mod work_queue;
 
 pub use batcher::{BatcherHandle, Dispatch, SlotPermit, spawn};
 pub use ordering::{OrderTicket, ResponseOrder};

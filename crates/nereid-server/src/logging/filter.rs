@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use tracing::subscriber::Interest;
 use tracing::{Level, Metadata};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context, Filter};
 
 use super::Shared;
@@ -60,5 +61,21 @@ impl<S> Filter<S> for Gate {
     /// Never cached: the settings change at run time.
     fn callsite_enabled(&self, _: &'static Metadata<'static>) -> Interest {
         Interest::sometimes()
+    }
+
+    /// INFO unless `--log-verbose` (or `RUST_LOG`) asks for more, so that
+    /// DEBUG and TRACE callsites, the libraries' included, are skipped
+    /// before anything is built: h2 alone opens a TRACE span per frame,
+    /// which the subscriber's registry would otherwise record (about a
+    /// tenth of the server's CPU on a small model, docs/benchmarks.md).
+    /// Changing the verbose level rebuilds the callsites' interest.
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        if self.env.is_some() {
+            return None;
+        }
+        Some(match self.shared.verbose.load(Ordering::Relaxed) {
+            0 => LevelFilter::INFO,
+            _ => LevelFilter::TRACE,
+        })
     }
 }

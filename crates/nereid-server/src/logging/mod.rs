@@ -109,7 +109,13 @@ impl LogControl {
         s.info.store(next.log_info, Ordering::Relaxed);
         s.warning.store(next.log_warning, Ordering::Relaxed);
         s.error.store(next.log_error, Ordering::Relaxed);
-        s.verbose.store(next.log_verbose_level, Ordering::Relaxed);
+        let verbose_changed =
+            s.verbose.swap(next.log_verbose_level, Ordering::Relaxed) != next.log_verbose_level;
+        if verbose_changed {
+            // The filter's level hint follows the verbose level; callsites
+            // cache it, so they must ask again.
+            tracing::callsite::rebuild_interest_cache();
+        }
         s.iso8601
             .store(next.log_format == LogFormat::Iso8601, Ordering::Relaxed);
         Ok(next)
