@@ -85,6 +85,7 @@ bench: setup-test release
 	benches/ensemble.sh
 	benches/protocol_extensions.sh
 	benches/tls.sh
+	benches/instructions.sh
 
 ## Runs every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz);
 ## crashes land in fuzz/artifacts/<target>/. Not part of `make test`, which

@@ -1,6 +1,11 @@
 use clap::Parser;
 use nereid_server::cli::Args;
 
+/// mimalloc rather than glibc's malloc: see docs/benchmarks.md, "Where the
+/// server's CPU goes".
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let logging = nereid_server::logging::install(&args.log_settings())?;
