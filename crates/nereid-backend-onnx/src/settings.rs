@@ -150,26 +150,12 @@ fn optimization_level(level: i32) -> GraphOptimizationLevel {
 
 #[cfg(test)]
 mod tests {
-    use nereid_core::model_config::{
-        ModelOptimizationPolicy, ModelParameter, model_optimization_policy,
-    };
+    use nereid_core::model_config::{ModelOptimizationPolicy, model_optimization_policy};
 
     use super::*;
 
     fn config(params: &[(&str, &str)]) -> ModelConfig {
-        let mut config = ModelConfig {
-            name: "m".into(),
-            ..Default::default()
-        };
-        for (k, v) in params {
-            config.parameters.insert(
-                k.to_string(),
-                ModelParameter {
-                    string_value: v.to_string(),
-                },
-            );
-        }
-        config
+        crate::tests::config_with("m", params)
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 pub use fake::FakeGpus;
-pub use library::find_library;
+pub use library::{LIBNVINFER, find_library};
 pub use visible::visible_devices;
 
 /// tritonserver 2.51's `--min-supported-compute-capability` default.
@@ -250,8 +250,8 @@ impl Devices {
     }
 }
 
-/// Checks that `offset..offset + len` lies within `size` bytes; the end.
-pub(crate) fn check_range(offset: u64, len: usize, size: u64) -> Result<u64, DeviceError> {
+/// Checks that `offset..offset + len` lies within `size` bytes.
+pub(crate) fn check_range(offset: u64, len: usize, size: u64) -> Result<(), DeviceError> {
     let end = offset.saturating_add(len as u64);
     if end > size {
         return Err(DeviceError::OutOfRange {
@@ -260,7 +260,7 @@ pub(crate) fn check_range(offset: u64, len: usize, size: u64) -> Result<u64, Dev
             len: size,
         });
     }
-    Ok(end)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -29,16 +29,13 @@ pub(crate) fn backends(
     )
 }
 
-/// The shared libraries TensorRT 10 and 8 install.
-const LIBNVINFER: [&str; 3] = ["libnvinfer.so.10", "libnvinfer.so.8", "libnvinfer.so"];
-
 /// TensorRT engines (`model.plan`) need libnvinfer, which no package
 /// registry reachable from here serves; its models are UNAVAILABLE with
 /// the reason (docs/compatibility.md says what a TensorRT machine needs).
 fn tensorrt() -> Arc<dyn Backend> {
-    let reason = match nereid_device::find_library(&LIBNVINFER) {
-        None => "TensorRT runtime library (libnvinfer) not found".to_string(),
-        Some(found) => format!(
+    let reason = match nereid_device::find_library(&nereid_device::LIBNVINFER) {
+        Err(_) => "TensorRT runtime library (libnvinfer) not found".to_string(),
+        Ok(found) => format!(
             "TensorRT runtime library ({found}) was found, but this nereid cannot run              TensorRT engines yet; convert the model to ONNX and serve it with              onnxruntime's TensorRT execution provider (gpu_execution_accelerator 'tensorrt')"
         ),
     };

@@ -208,54 +208,25 @@ fn precision(value: &str) -> Result<Option<(&'static str, String)>, String> {
     Ok(Some((option, "1".to_string())))
 }
 
-/// The names the TensorRT runtime goes by, newest first: ONNX Runtime's
-/// TensorRT provider links TensorRT 10 (8 in older wheels).
-const NVINFER: [&str; 3] = ["libnvinfer.so.10", "libnvinfer.so.8", "libnvinfer.so"];
-
 /// Finds the TensorRT runtime, once per process: ONNX Runtime's own
 /// failure, when its TensorRT provider cannot load libnvinfer, comes late
 /// and says little, and a missing TensorRT is the usual reason.
 pub(crate) fn find_runtime() -> Result<&'static str, String> {
     static FOUND: OnceLock<Result<&'static str, String>> = OnceLock::new();
-    FOUND.get_or_init(|| probe(&NVINFER)).clone()
+    FOUND
+        .get_or_init(|| probe(&nereid_device::LIBNVINFER))
+        .clone()
 }
 
-/// The first of `names` the dynamic loader can open.
+/// The first of `names` the dynamic loader can open, or why none could.
 pub(crate) fn probe(names: &[&'static str]) -> Result<&'static str, String> {
-    let mut last_error = String::new();
-    for name in names {
-        match open(name) {
-            Ok(()) => return Ok(name),
-            Err(e) => last_error = with_causes(&e),
-        }
-    }
-    Err(format!(
-        "TensorRT runtime library (libnvinfer) not found (tried {}: {last_error}); \
-         install TensorRT where the dynamic loader finds it (LD_LIBRARY_PATH), \
-         or remove the 'tensorrt' gpu_execution_accelerator",
-        names.join(", ")
-    ))
-}
-
-/// libloading says only "dlopen failed" and keeps the loader's reason
-/// (file not found, wrong ELF class) as its source.
-fn with_causes(e: &libloading::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        text = format!("{text}: {c}");
-        cause = c.source();
-    }
-    text
-}
-
-#[expect(
-    unsafe_code,
-    reason = "opening a library runs its initialisers; libnvinfer's are the ones ONNX Runtime's TensorRT provider runs when it loads it"
-)]
-fn open(name: &str) -> Result<(), libloading::Error> {
-    // SAFETY: nothing is called in the library; it is closed again at once.
-    unsafe { libloading::Library::new(name) }.map(drop)
+    nereid_device::find_library(names).map_err(|tried| {
+        format!(
+            "TensorRT runtime library (libnvinfer) not found ({tried}); \
+             install TensorRT where the dynamic loader finds it (LD_LIBRARY_PATH), \
+             or remove the 'tensorrt' gpu_execution_accelerator"
+        )
+    })
 }
 
 #[cfg(test)]

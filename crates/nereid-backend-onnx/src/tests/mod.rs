@@ -43,9 +43,11 @@ pub(super) fn example_model(name: &str, version: i64) -> PathBuf {
         .join("model.onnx")
 }
 
-pub(super) fn source(path: PathBuf, params: &[(&str, &str)]) -> ModelSource {
+/// A config named `name` with string `parameters`, as the tests of the
+/// settings and of loading build them.
+pub(crate) fn config_with(name: &str, params: &[(&str, &str)]) -> ModelConfig {
     let mut config = ModelConfig {
-        name: "test".into(),
+        name: name.into(),
         ..Default::default()
     };
     for (k, v) in params {
@@ -56,6 +58,11 @@ pub(super) fn source(path: PathBuf, params: &[(&str, &str)]) -> ModelSource {
             },
         );
     }
+    config
+}
+
+pub(super) fn source(path: PathBuf, params: &[(&str, &str)]) -> ModelSource {
+    let config = config_with("test", params);
     ModelSource {
         model_name: "test".into(),
         version: 1,

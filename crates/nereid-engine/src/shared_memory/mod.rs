@@ -196,9 +196,7 @@ impl SharedMemoryRegistry {
         device_id: u64,
         byte_size: u64,
     ) -> Result<(), SharedMemoryError> {
-        if let Some(reason) = self.devices.absence() {
-            return Err(SharedMemoryError::NoCuda(reason.to_string()));
-        }
+        self.check_cuda()?;
         self.check_free(name)?;
         let memory = self
             .devices
@@ -313,6 +311,15 @@ impl SharedMemoryRegistry {
     /// Whether CUDA regions can be registered here (a GPU exists).
     pub fn cuda_supported(&self) -> bool {
         self.devices.absence().is_none()
+    }
+
+    /// Fails, saying why, where no CUDA region can be registered; a
+    /// frontend asks before it reads a registration's body.
+    pub fn check_cuda(&self) -> Result<(), SharedMemoryError> {
+        match self.devices.absence() {
+            Some(reason) => Err(SharedMemoryError::NoCuda(reason.to_string())),
+            None => Ok(()),
+        }
     }
 
     /// The region `name`, for a request to use.

@@ -11,7 +11,7 @@ use axum::{Json, Router};
 use base64::Engine as _;
 use nereid_core::Error;
 use nereid_engine::Engine;
-use nereid_engine::shared_memory::{CudaRegionStatus, SharedMemoryError};
+use nereid_engine::shared_memory::CudaRegionStatus;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -82,9 +82,7 @@ async fn register(
     body: Bytes,
 ) -> Result<StatusCode, ApiError> {
     let registry = engine.shared_memory();
-    if let Some(reason) = engine.devices().absence() {
-        return Err(Error::from(SharedMemoryError::NoCuda(reason.to_string())).into());
-    }
+    registry.check_cuda().map_err(Error::from)?;
     let (handle, device_id, byte_size) = parse_register(&body)?;
     registry
         .register_cuda(&name, &handle, device_id, byte_size)

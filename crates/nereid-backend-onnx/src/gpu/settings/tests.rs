@@ -1,22 +1,10 @@
+use nereid_core::model_config::ModelOptimizationPolicy;
 use nereid_core::model_config::model_optimization_policy::ExecutionAccelerators;
-use nereid_core::model_config::{ModelOptimizationPolicy, ModelParameter};
 
 use super::*;
 
 fn config(params: &[(&str, &str)]) -> ModelConfig {
-    let mut config = ModelConfig {
-        name: "m".into(),
-        ..Default::default()
-    };
-    for (k, v) in params {
-        config.parameters.insert(
-            k.to_string(),
-            ModelParameter {
-                string_value: v.to_string(),
-            },
-        );
-    }
-    config
+    crate::tests::config_with("m", params)
 }
 
 fn with_accelerators(
