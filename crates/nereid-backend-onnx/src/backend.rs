@@ -120,6 +120,11 @@ impl Backend for OnnxBackend {
         gpu::cuda_available()
     }
 
+    /// A session runs the graph and nothing else.
+    fn compute_only(&self) -> bool {
+        true
+    }
+
     fn load(&self, source: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError> {
         Ok(Box::new(self.load_instance(source)?))
     }

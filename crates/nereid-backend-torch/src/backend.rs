@@ -189,6 +189,11 @@ impl Backend for TorchBackend {
         ffi::cuda_ready(0).is_ok()
     }
 
+    /// A TorchScript module's forward() runs the graph and nothing else.
+    fn compute_only(&self) -> bool {
+        true
+    }
+
     /// forward()'s argument names: all a TorchScript file says of its
     /// inputs. `List[str]` arguments are BYTES; nothing else has a type or
     /// shape here, and outputs have no names at all.

@@ -160,6 +160,15 @@ pub trait Backend: Send + Sync {
         false
     }
 
+    /// Whether its instances only compute on what they are given: no I/O,
+    /// no waiting on another process or thread. A short execution of such
+    /// an instance may run on the thread that received the request rather
+    /// than be handed to the instance's own thread (docs/scheduler.md,
+    /// "Running on the receiving thread"). `false` by default.
+    fn compute_only(&self) -> bool {
+        false
+    }
+
     /// Creates one instance, ready to execute.
     fn load(&self, source: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError>;
 }

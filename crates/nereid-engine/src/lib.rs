@@ -94,6 +94,10 @@ struct Inner {
     stopping: AtomicBool,
     /// Requests accepted by [`Engine::infer`] and not yet answered.
     in_flight: AtomicUsize,
+    /// The runtime the engine was made on, when there was one: repository
+    /// loads and unloads run on its blocking pool, whichever runtime the
+    /// request came in on (a connection thread's may stop first).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -133,6 +137,7 @@ impl Engine {
                 cache,
                 shared_memory,
                 links: Mutex::new(ensemble::Links::default()),
+                runtime: tokio::runtime::Handle::try_current().ok(),
                 started: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
                 in_flight: AtomicUsize::new(0),
@@ -207,7 +212,7 @@ impl Engine {
         self.require_explicit()?;
         let engine = self.clone();
         let name = name.to_string();
-        tokio::task::spawn_blocking(move || {
+        self.blocking(move || {
             let found = engine.find_model(&name)?;
             let source = source::for_request(&name, request, found)?;
             // As Triton: an ensemble's composing models load with it.
@@ -229,9 +234,20 @@ impl Engine {
         self.require_explicit()?;
         let engine = self.clone();
         let name = name.to_string();
-        tokio::task::spawn_blocking(move || engine.unload_cascade(&name, unload_dependents))
+        self.blocking(move || engine.unload_cascade(&name, unload_dependents))
             .await
             .map_err(|e| Error::internal(format!("the unload task failed: {e}")))
+    }
+
+    /// Runs `work` on the engine's runtime's blocking pool.
+    fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        match &self.inner.runtime {
+            Some(runtime) => runtime.spawn_blocking(work),
+            None => tokio::task::spawn_blocking(work),
+        }
     }
 
     fn require_explicit(&self) -> Result<(), Error> {

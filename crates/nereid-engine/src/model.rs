@@ -99,7 +99,7 @@ impl LoadedVersion {
             stats: Arc::clone(&stats),
             failure: Arc::clone(&failure),
         });
-        start_workers(backend, sources, ctx, warmup, &queue_rx)?;
+        let workers = start_workers(backend, sources, ctx, warmup, &queue_rx)?;
         let order = batching
             .as_ref()
             .filter(|b| b.preserve_ordering)
@@ -109,7 +109,7 @@ impl LoadedVersion {
                 let handle = nereid_scheduler::spawn(batcher, instances, queue_tx)?;
                 Box::new(BatchingScheduler::new(handle))
             }
-            None => Box::new(DirectScheduler::new(config.name.clone(), queue_tx)),
+            None => Box::new(DirectScheduler::new(config.name.clone(), queue_tx, workers)),
         };
         Ok(LoadedVersion {
             version,

@@ -3,9 +3,13 @@
 //! instance on its own; the dynamic batcher (crate `nereid-scheduler`)
 //! forms batches of several requests and sends them the same way.
 
+use std::sync::Arc;
+
 use nereid_core::Error;
 use nereid_scheduler::work_queue::{TrySendError, WorkSender as Sender};
 use nereid_scheduler::{BatcherHandle, Dispatch};
+
+use crate::worker::Instances;
 
 pub mod job;
 
@@ -19,21 +23,36 @@ pub trait Scheduler: Send + Sync + std::fmt::Debug {
 }
 
 /// One request per execution, to whichever instance is idle first: every
-/// instance pulls from the same bounded queue.
+/// instance pulls from the same bounded queue. When nothing is queued and
+/// the instances allow it, an idle instance runs the request at once on
+/// the submitting thread (`Instances::try_inline`).
 #[derive(Debug)]
 pub struct DirectScheduler {
     model: String,
     queue: Sender<Dispatch<Job>>,
+    instances: Arc<Instances>,
 }
 
 impl DirectScheduler {
-    pub fn new(model: String, queue: Sender<Dispatch<Job>>) -> Self {
-        DirectScheduler { model, queue }
+    pub fn new(model: String, queue: Sender<Dispatch<Job>>, instances: Arc<Instances>) -> Self {
+        DirectScheduler {
+            model,
+            queue,
+            instances,
+        }
     }
 }
 
 impl Scheduler for DirectScheduler {
     fn submit(&self, job: Job) -> Result<(), Error> {
+        let job = if self.queue.is_empty() {
+            match self.instances.try_inline(job) {
+                None => return Ok(()),
+                Some(job) => job,
+            }
+        } else {
+            job
+        };
         match self.queue.try_send(Dispatch {
             items: vec![job],
             permit: None,

@@ -2,10 +2,17 @@
 //! stalls the async reactor. Each thread loads its instance, reports the
 //! outcome, then runs the batches the scheduler hands it until the queue's
 //! last sender is gone.
+//!
+//! Each instance sits in a slot its thread locks while it runs a batch. A
+//! compute-only backend's instance whose executions are short may instead
+//! run a request on the thread that received it, when its slot is idle and
+//! nothing is queued ([`Instances::try_inline`]): the two thread hand-offs
+//! that cost more than such an execution are skipped.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use nereid_core::{
@@ -14,12 +21,19 @@ use nereid_core::{
 };
 use nereid_scheduler::work_queue::WorkReceiver as Receiver;
 use nereid_scheduler::{Dispatch, Pending, SlotPermit};
+use parking_lot::Mutex;
 
 use crate::batch::{gather, pick, scatter};
 use crate::scheduler::job::Job;
 use crate::stats::{ComputeTimes, FailureReason, ModelStats};
 use crate::validate::ValidatedRequest;
 use crate::warmup::{self, WarmupSample};
+
+/// Executions at most this long (on average) may run on the thread that
+/// received the request: about what handing a request to an instance
+/// thread and its answer back costs in CPU on a small machine
+/// (docs/benchmarks.md, "Where the server's CPU goes").
+pub const INLINE_BELOW: Duration = Duration::from_micros(100);
 
 /// What every worker of one model version shares.
 #[derive(Debug)]
@@ -32,41 +46,144 @@ pub struct WorkerContext {
     pub failure: Arc<OnceLock<String>>,
 }
 
-/// Starts one worker thread per source; returns once every instance has
-/// loaded and run the `warmup` samples, or the first error (the started
-/// threads then exit). The samples are freed once every instance ran them.
+/// One instance: `None` once it failed and could not be restarted.
+type Slot = Mutex<Option<Box<dyn ModelInstance>>>;
+
+/// A model version's instances, each in the slot its thread runs it from.
+pub struct Instances {
+    backend: Arc<dyn Backend>,
+    ctx: Arc<WorkerContext>,
+    slots: Vec<(Slot, ModelSource)>,
+    /// Whether requests may run on the receiving thread at all.
+    inline: bool,
+    /// A moving average of an execution's duration in nanoseconds, from
+    /// every execution; `u64::MAX` until the first.
+    mean_nanos: AtomicU64,
+}
+
+impl std::fmt::Debug for Instances {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instances")
+            .field("model", &self.ctx.model_name)
+            .field("version", &self.ctx.version)
+            .field("count", &self.slots.len())
+            .field("inline", &self.inline)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Instances {
+    /// Runs `job` here, on the caller's thread, when inline execution is
+    /// allowed, executions have been short and an instance is idle; gives
+    /// the job back otherwise. The caller checks first that nothing is
+    /// queued, so a request never overtakes one that waits.
+    pub fn try_inline(&self, job: Job) -> Option<Job> {
+        if !self.inline || self.mean_nanos.load(Ordering::Relaxed) > INLINE_BELOW.as_nanos() as u64
+        {
+            return Some(job);
+        }
+        for (slot, source) in &self.slots {
+            let Some(mut instance) = slot.try_lock() else {
+                continue;
+            };
+            if instance.is_none() {
+                continue;
+            }
+            let dispatch = Dispatch {
+                items: vec![job],
+                permit: None,
+            };
+            self.run(&mut instance, source, dispatch);
+            return None;
+        }
+        Some(job)
+    }
+
+    /// Runs a dispatch on one slot's instance, restarting it after a panic.
+    fn run(
+        &self,
+        instance: &mut Option<Box<dyn ModelInstance>>,
+        source: &ModelSource,
+        dispatch: Dispatch<Job>,
+    ) {
+        let ctx = self.ctx.as_ref();
+        let Some(serving) = instance.as_mut() else {
+            // The instance could not be restarted: the version is
+            // UNAVAILABLE; what was already queued gets the reason.
+            let reason = ctx.failure.get().cloned().unwrap_or_default();
+            fail_dispatch(ctx, dispatch, &Error::unavailable(reason));
+            return;
+        };
+        let started = Instant::now();
+        let outcome = run_batch(serving.as_mut(), ctx, dispatch);
+        self.note_duration(started.elapsed());
+        if let Outcome::Panicked = outcome {
+            *instance = restart(self.backend.as_ref(), source, ctx);
+            return;
+        }
+        if ctx.failure.get().is_none()
+            && let Some(reason) = serving.failure()
+        {
+            tracing::error!(model = %source.model_name, version = source.version, instance = source.instance_index, %reason, "the instance can serve no more; the version is UNAVAILABLE until it is loaded again");
+            let _ = ctx.failure.set(reason);
+        }
+    }
+
+    /// Folds one execution into the moving average (weight 1/8).
+    fn note_duration(&self, took: Duration) {
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let _ = self
+            .mean_nanos
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |mean| {
+                Some(if mean == u64::MAX {
+                    nanos
+                } else {
+                    mean - mean / 8 + nanos / 8
+                })
+            });
+    }
+}
+
+/// Starts one worker thread per source; returns the instances once every
+/// one has loaded and run the `warmup` samples, or the first error (the
+/// started threads then exit). The samples are freed once every instance
+/// ran them.
 pub fn start_workers(
     backend: &Arc<dyn Backend>,
     sources: Vec<ModelSource>,
     ctx: Arc<WorkerContext>,
     warmup: Vec<WarmupSample>,
     batches: &Receiver<Dispatch<Job>>,
-) -> Result<(), Error> {
+) -> Result<Arc<Instances>, Error> {
     let warmup: Arc<[WarmupSample]> = warmup.into();
     let (loaded_tx, loaded_rx) = crossbeam_channel::bounded(sources.len());
     let count = sources.len();
-    for source in sources {
+    let instances = Arc::new(Instances {
+        backend: Arc::clone(backend),
+        inline: backend.compute_only(),
+        ctx,
+        slots: sources
+            .into_iter()
+            .map(|source| (Mutex::new(None), source))
+            .collect(),
+        mean_nanos: AtomicU64::new(u64::MAX),
+    });
+    for index in 0..count {
+        let source = &instances.slots[index].1;
         let name = format!(
             "{}-{}-{}",
             source.model_name, source.version, source.instance_index
         );
-        let backend = Arc::clone(backend);
-        let ctx = Arc::clone(&ctx);
+        let instances = Arc::clone(&instances);
         let warmup = Arc::clone(&warmup);
         let batches = batches.clone();
         let loaded_tx = loaded_tx.clone();
         thread::Builder::new()
             .name(name)
             .spawn(move || {
-                let instance = prepare(backend.as_ref(), &source, &ctx, warmup);
-                run_worker(
-                    backend.as_ref(),
-                    instance,
-                    &source,
-                    &ctx,
-                    &batches,
-                    &loaded_tx,
-                )
+                let (slot, source) = &instances.slots[index];
+                let instance = prepare(instances.backend.as_ref(), source, &instances.ctx, warmup);
+                run_worker(&instances, slot, source, instance, &batches, &loaded_tx);
             })
             .map_err(|e| Error::internal(format!("cannot start an instance thread: {e}")))?;
     }
@@ -78,7 +195,7 @@ pub fn start_workers(
             Err(_) => return Err(Error::internal("an instance thread exited while loading")),
         }
     }
-    Ok(())
+    Ok(instances)
 }
 
 /// Loads an instance and runs the warmup samples on it.
@@ -105,43 +222,32 @@ fn prepare(
 }
 
 fn run_worker(
-    backend: &dyn Backend,
-    instance: Result<Box<dyn ModelInstance>, Error>,
+    instances: &Instances,
+    slot: &Slot,
     source: &ModelSource,
-    ctx: &WorkerContext,
+    instance: Result<Box<dyn ModelInstance>, Error>,
     batches: &Receiver<Dispatch<Job>>,
     loaded: &Sender<Result<(), Error>>,
 ) {
-    let mut instance = match instance {
-        Ok(instance) => Some(instance),
+    match instance {
+        Ok(instance) => *slot.lock() = Some(instance),
         Err(e) => {
             let _ = loaded.send(Err(e));
             return;
         }
-    };
+    }
     if loaded.send(Ok(())).is_err() {
+        // Another instance failed to load: the version never serves.
+        drop(slot.lock().take());
         return;
     }
     tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance ready");
     while let Ok(dispatch) = batches.recv() {
-        let Some(serving) = instance.as_mut() else {
-            // The instance could not be restarted: the version is
-            // UNAVAILABLE; what was already queued gets the reason.
-            let reason = ctx.failure.get().cloned().unwrap_or_default();
-            fail_dispatch(ctx, dispatch, &Error::unavailable(reason));
-            continue;
-        };
-        if let Outcome::Panicked = run_batch(serving.as_mut(), ctx, dispatch) {
-            instance = restart(backend, source, ctx);
-            continue;
-        }
-        if ctx.failure.get().is_none()
-            && let Some(reason) = serving.failure()
-        {
-            tracing::error!(model = %source.model_name, version = source.version, instance = source.instance_index, %reason, "the instance can serve no more; the version is UNAVAILABLE until it is loaded again");
-            let _ = ctx.failure.set(reason);
-        }
+        instances.run(&mut slot.lock(), source, dispatch);
     }
+    // Dropped here, on its own thread, once the queue is closed; no request
+    // can reach it inline any more (the scheduler is gone with the queue).
+    drop(slot.lock().take());
     tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance stopped");
 }
 
@@ -308,7 +414,7 @@ fn run_requests(
         results = jobs.iter().map(|_| Err(e.clone())).collect();
     }
     let times = ComputeTimes {
-        input: std::time::Duration::ZERO,
+        input: Duration::ZERO,
         infer: executed - started,
         output: executed.elapsed(),
     };

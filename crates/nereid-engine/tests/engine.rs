@@ -14,7 +14,13 @@ use nereid_core::ErrorKind;
 use nereid_engine::{Engine, EngineOptions, ModelState};
 
 fn engine(root: &Path) -> (Engine, Controls) {
-    let (backend, controls) = common::backend();
+    engine_with(root, false)
+}
+
+/// As `engine`, with the fake backend saying whether it only computes.
+fn engine_with(root: &Path, compute_only: bool) -> (Engine, Controls) {
+    let (mut backend, controls) = common::backend();
+    backend.compute_only = compute_only;
     let options = EngineOptions {
         repositories: vec![root.to_path_buf()],
         strict_model_config: false,
@@ -70,6 +76,58 @@ async fn a_bad_model_does_not_stop_the_others() {
     );
     let err = engine.infer(request("nope", &[1, 2])).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
+}
+
+/// Whether execution `i` ran on one of `model`'s instance threads.
+fn on_instance_thread(controls: &Controls, model: &str, i: usize) -> bool {
+    controls.threads.lock()[i].starts_with(&format!("{model}-1-"))
+}
+
+#[tokio::test]
+async fn a_short_compute_only_execution_runs_on_the_receiving_thread() {
+    let root = tempfile::tempdir().unwrap();
+    write_model(root.path(), "quick", CONFIG, "panicky");
+    let (engine, controls) = engine_with(root.path(), true);
+    let mut served = 0;
+    for i in 0..200 {
+        let response = engine.infer(request("quick", &[i, 2])).await.unwrap();
+        assert_eq!(common::first_output(&response), i);
+        served += 1;
+        if !on_instance_thread(&controls, "quick", served - 1) {
+            break;
+        }
+    }
+    // The first execution has no measured duration yet: it goes to an
+    // instance thread; once executions have been short, a request that
+    // finds an instance idle runs here.
+    assert!(on_instance_thread(&controls, "quick", 0));
+    assert!(
+        !on_instance_thread(&controls, "quick", served - 1),
+        "no execution ran on the receiving thread in {served} requests"
+    );
+    // A panic on this thread fails the request and restarts the instance,
+    // as on the instance's own thread.
+    let err = engine.infer(request("quick", &[666, 1])).await.unwrap_err();
+    assert!(err.message().contains("panicked: injected fault: 666"));
+    assert!(!on_instance_thread(&controls, "quick", served));
+    let ok = engine.infer(request("quick", &[5, 6])).await.unwrap();
+    assert_eq!(common::first_output(&ok), 5);
+    assert_eq!(controls.live.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let stats = &engine.statistics(Some("quick"), None).unwrap()[0].stats;
+    // The panicked execution counts as a failure, not an execution.
+    assert_eq!(stats.execution_count, served as u64 + 1);
+    assert_eq!(stats.fail.count, 1);
+}
+
+#[tokio::test]
+async fn a_backend_that_is_not_compute_only_always_runs_on_its_instance_threads() {
+    let root = tempfile::tempdir().unwrap();
+    write_model(root.path(), "plain", CONFIG, "identity");
+    let (engine, controls) = engine(root.path());
+    for i in 0..3 {
+        engine.infer(request("plain", &[i, 2])).await.unwrap();
+    }
+    assert!((0..3).all(|i| on_instance_thread(&controls, "plain", i)));
 }
 
 #[tokio::test]

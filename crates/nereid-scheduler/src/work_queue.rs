@@ -99,6 +99,11 @@ impl<T> std::fmt::Debug for WorkReceiver<T> {
 }
 
 impl<T> WorkSender<T> {
+    /// Whether nothing waits in the queue (it may change at once).
+    pub fn is_empty(&self) -> bool {
+        self.shared.state.lock().items.is_empty()
+    }
+
     /// Queues `item` unless the queue is full or has no receiver.
     pub fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
         let mut state = self.shared.state.lock();

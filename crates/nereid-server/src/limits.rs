@@ -22,6 +22,9 @@ pub struct Limits {
     /// connection may stay idle), and for the next piece of a body.
     pub http_read_timeout: Duration,
     pub http_max_connections: usize,
+    /// Threads that serve HTTP connections (`http/threads.rs`); 0 serves
+    /// them on the server's shared runtime.
+    pub http_threads: usize,
     /// Largest gRPC message received.
     pub grpc_max_message_bytes: usize,
     pub grpc_max_concurrent_streams: u32,
@@ -36,6 +39,7 @@ impl Default for Limits {
             http_max_input_bytes: 64 * 1024 * 1024,
             http_read_timeout: Duration::from_secs(60),
             http_max_connections: 500,
+            http_threads: std::thread::available_parallelism().map_or(1, usize::from),
             grpc_max_message_bytes: 1024 * 1024 * 1024,
             grpc_max_concurrent_streams: 1024,
             grpc_max_header_list_bytes: 1024 * 1024,
@@ -128,6 +132,15 @@ pub struct Counted<T> {
 impl<T> Counted<T> {
     pub fn get_ref(&self) -> &T {
         &self.io
+    }
+
+    /// The connection and its slot, apart.
+    pub(crate) fn into_parts(self) -> (T, OwnedSemaphorePermit) {
+        (self.io, self._slot)
+    }
+
+    pub(crate) fn from_parts(io: T, slot: OwnedSemaphorePermit) -> Counted<T> {
+        Counted { io, _slot: slot }
     }
 }
 

@@ -29,6 +29,10 @@ pub struct FakeBackend {
     pub live: Arc<AtomicUsize>,
     /// (executions, requests) seen by request-wise instances.
     pub request_wise_calls: Arc<parking_lot::Mutex<Vec<usize>>>,
+    /// What `Backend::compute_only` answers (false unless a test says).
+    pub compute_only: bool,
+    /// The name of the thread each execution ran on, in order.
+    pub threads: Arc<parking_lot::Mutex<Vec<String>>>,
 }
 
 struct FakeInstance {
@@ -39,6 +43,7 @@ struct FakeInstance {
     gate: crossbeam_channel::Receiver<()>,
     started: crossbeam_channel::Sender<()>,
     live: Arc<AtomicUsize>,
+    threads: Arc<parking_lot::Mutex<Vec<String>>>,
 }
 
 impl Drop for FakeInstance {
@@ -56,6 +61,9 @@ impl Backend for FakeBackend {
     }
     fn default_model_filename(&self) -> &'static str {
         "model.fake"
+    }
+    fn compute_only(&self) -> bool {
+        self.compute_only
     }
     fn inspect(&self, _: &Path) -> Result<ModelIo, BackendError> {
         let spec = |name: &str| IoSpec::new(name, DataType::Int32, vec![-1, 2]);
@@ -90,6 +98,7 @@ impl Backend for FakeBackend {
             gate: self.gate.clone(),
             started: self.started.clone(),
             live: Arc::clone(&self.live),
+            threads: Arc::clone(&self.threads),
         }))
     }
 }
@@ -104,6 +113,11 @@ impl ModelInstance for FakeInstance {
     }
 
     fn execute(&mut self, batch: &Batch) -> Result<Vec<Tensor>, BackendError> {
+        let thread = std::thread::current()
+            .name()
+            .unwrap_or_default()
+            .to_string();
+        self.threads.lock().push(thread);
         if self.gated {
             let _ = self.started.send(());
             let _ = self.gate.recv_timeout(Duration::from_secs(10));
@@ -173,6 +187,7 @@ pub struct Controls {
     pub started: crossbeam_channel::Receiver<()>,
     pub live: Arc<AtomicUsize>,
     pub request_wise_calls: Arc<parking_lot::Mutex<Vec<usize>>>,
+    pub threads: Arc<parking_lot::Mutex<Vec<String>>>,
 }
 
 pub fn backend() -> (FakeBackend, Controls) {
@@ -180,11 +195,14 @@ pub fn backend() -> (FakeBackend, Controls) {
     let (started_tx, started) = crossbeam_channel::unbounded();
     let live = Arc::new(AtomicUsize::new(0));
     let request_wise_calls = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let threads = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let backend = FakeBackend {
         gate,
         started: started_tx,
         live: Arc::clone(&live),
         request_wise_calls: Arc::clone(&request_wise_calls),
+        compute_only: false,
+        threads: Arc::clone(&threads),
     };
     (
         backend,
@@ -193,6 +211,7 @@ pub fn backend() -> (FakeBackend, Controls) {
             started,
             live,
             request_wise_calls,
+            threads,
         },
     )
 }

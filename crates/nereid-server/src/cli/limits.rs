@@ -22,6 +22,13 @@ pub struct LimitFlags {
     #[arg(long, default_value_t = Limits::default().http_max_connections, value_parser = positive, value_name = "N")]
     pub http_max_connections: usize,
 
+    /// Threads that serve HTTP connections, each running its connections'
+    /// requests from start to end (tritonserver's flag; there its default
+    /// is 8). Default: one per core. 0 serves them on the threads the
+    /// gRPC endpoint uses.
+    #[arg(long, value_name = "N")]
+    pub http_thread_count: Option<usize>,
+
     /// Largest gRPC message received, in bytes (OUT_OF_RANGE past it).
     #[arg(long, default_value_t = Limits::default().grpc_max_message_bytes, value_parser = positive, value_name = "BYTES")]
     pub grpc_max_message_size: usize,
@@ -52,6 +59,9 @@ impl LimitFlags {
             http_max_input_bytes: self.http_max_input_size,
             http_read_timeout: Duration::from_secs(self.http_read_timeout_secs),
             http_max_connections: self.http_max_connections,
+            http_threads: self
+                .http_thread_count
+                .unwrap_or(Limits::default().http_threads),
             grpc_max_message_bytes: self.grpc_max_message_size,
             grpc_max_concurrent_streams: self.grpc_max_concurrent_streams,
             grpc_max_header_list_bytes: self.grpc_max_header_list_size,

@@ -11,8 +11,10 @@ mod model;
 mod repository;
 mod server;
 mod shared_memory;
+mod threads;
 mod trace;
 
+use anyhow::Context;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{StatusCode, header};
@@ -31,6 +33,7 @@ use crate::restricted::{ApiGroup, Protocol, RestrictLayer, Restrictions, refusal
 use crate::server::{Endpoint, Frontend};
 use crate::tls::TlsListener;
 use crate::trace::Tracer;
+use threads::ConnectionThreads;
 
 /// Builds the HTTP application; tests call it without a socket.
 pub fn router(
@@ -107,12 +110,14 @@ pub(crate) async fn serve(
         &frontend.limits,
         frontend.restrictions,
     );
+    let threads = ConnectionThreads::start(frontend.limits.http_threads)
+        .context("cannot start the HTTP connection threads")?;
     let listener = endpoint.connections.accept_from(endpoint.listener);
     match endpoint.tls {
-        None => connections::serve(listener, app, head_timeout, shutdown).await,
+        None => connections::serve(listener, app, head_timeout, threads, shutdown).await,
         Some(tls) => {
             let listener = TlsListener::new(listener, &tls, &[b"http/1.1"])?;
-            connections::serve(listener, app, head_timeout, shutdown).await
+            connections::serve(listener, app, head_timeout, threads, shutdown).await
         }
     }
     Ok(())
