@@ -158,8 +158,9 @@ start_config() {
   read -r http grpc metrics <<<"$(free_ports 3)"
   repo=$work/repo_$config
   mkdir -p "$repo/$MODEL"
-  # The weights are large: link them rather than copy them per config.
-  ln -s "$models/$MODEL/1" "$repo/$MODEL/1"
+  # The weights are large: hard-link them rather than copy them per config
+  # (a symbolic link out of the repository is refused, as in Triton).
+  cp -rl "$models/$MODEL/1" "$repo/$MODEL/1"
   # shellcheck disable=SC2086 # the flags are words
   python3 benches/mlp_config.py "$models/$MODEL/config.pbtxt" ${config_flags[$config]} \
     >"$repo/$MODEL/config.pbtxt"

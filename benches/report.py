@@ -410,17 +410,35 @@ def ort_versions(args, triton):
             "release's Python package)")
 
 
-MODELS_PROSE = (
-    "`model_repository/simple/1/model.onnx` (INT32 `INPUT0`/`INPUT1` [16] → sum and "
-    "difference, `max_batch_size` 8) and `model_repository/mlp/1/model.onnx` (FP32 `INPUT` "
-    "[256] → 256-1024-1024-16 MLP → `OUTPUT` [16], `max_batch_size` 64)")
+def held():
+    """The benchmarked models, as the repository copy holds them."""
+    names = [f"`{m}`" for m in MODELS]
+    text = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    if "mlp_pipeline" in MODELS:
+        text += " (with `preprocess`, the ensemble's first step)"
+    return text
+
+
+def models_prose():
+    text = ("`model_repository/simple/1/model.onnx` (INT32 `INPUT0`/`INPUT1` [16] → sum and "
+            "difference, `max_batch_size` 8) and `model_repository/mlp/1/model.onnx` (FP32 "
+            "`INPUT` [256] → 256-1024-1024-16 MLP → `OUTPUT` [16], `max_batch_size` 64)")
+    if "mlp_pipeline" in MODELS:
+        text += ("; `mlp_pipeline` is Triton's `ensemble_scheduling` of two steps, "
+                 "`preprocess` (`model_repository/preprocess/1/model.onnx`: UINT8 `RAW` [256] "
+                 "→ FP32 `SCALED` [256], batched as `mlp` is) then `mlp`")
+    return text
+
+
 BATCHING_PROSE = (
     "`mlp` has the same `dynamic_batching { max_queue_delay_microseconds: 2000 }` on both "
     "servers (as in `model_repository/mlp/config.pbtxt`); `simple` has none on either. The "
     "comparison is like for like: batched against batched, unbatched against unbatched.")
-NEREID_PROSE = (
-    "- **nereid** runs them with its ONNX Runtime backend (Rust, `ort`), from a copy "
-    "of `model_repository/` holding only `simple` and `mlp`.")
+
+
+def nereid_prose():
+    return ("- **nereid** runs them with its ONNX Runtime backend (Rust, `ort`), from a copy "
+            f"of `model_repository/` holding only {held()}.")
 
 
 def compared(triton):
@@ -431,8 +449,8 @@ def compared(triton):
 def compared_native(triton):
     ort = triton.get("ort_version", "?")
     return [
-        f"Both servers serve the same copy of `model_repository/` holding only `simple` and "
-        f"`mlp`: the same ONNX files, {MODELS_PROSE}, and the same `config.pbtxt` files; "
+        f"Both servers serve the same copy of `model_repository/` holding only {held()}: "
+        f"the same ONNX files, {models_prose()}, and the same `config.pbtxt` files; "
         "each model runs two CPU instances (the default when a config names no "
         "`instance_group`). "
         "Each runs them through ONNX Runtime with its default session options, but not the "
@@ -442,7 +460,7 @@ def compared_native(triton):
         "(docs/scheduler.md), where each of Triton's model instances has a session, and an "
         "intra-op pool, of its own. " + BATCHING_PROSE,
         "",
-        NEREID_PROSE,
+        nereid_prose(),
         "- **Triton** runs them **with its native ONNX Runtime backend** "
         "(`libtriton_onnxruntime.so`, platform `onnxruntime_onnx`), inside the "
         "`tritonserver` process, as a stock Triton release serves ONNX models on CPU.",
@@ -460,14 +478,14 @@ def compared_native(triton):
 
 def compared_python():
     return [
-        f"Both servers serve the same two ONNX files, {MODELS_PROSE}, each with two CPU "
+        f"Both servers serve the same two ONNX files, {models_prose()}, each with two CPU "
         "instances, through the "
         "same ONNX Runtime release with its default session options (except threads: "
         "nereid's sessions share its process-wide intra-op pool, a thread per core, where "
         "each of Triton's Python models has a session of its own; docs/scheduler.md). "
         + BATCHING_PROSE,
         "",
-        NEREID_PROSE,
+        nereid_prose(),
         "- **Triton** runs them **with ONNX Runtime inside its Python backend**: the "
         "`tritonserver` in the `nvidia-pytriton` wheel ships only the Python backend, not "
         "Triton's ONNX Runtime backend, and `TRITON_BACKEND_DIR` was not set to a backends "

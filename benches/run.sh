@@ -48,10 +48,19 @@ out=${BENCH_OUT:-docs/benchmarks.md}
 nereid_bin=${NEREID_BIN:-target/release/nereid}
 pa=$root/.tools/perf_analyzer/perf_analyzer.sh
 triton_venv=$root/.tools/triton-venv
-read -r -a models <<<"${BENCH_MODELS:-simple mlp}"
-read -r -a protocols <<<"${BENCH_PROTOCOLS:-http grpc}"
-read -r -a concurrencies <<<"${BENCH_CONCURRENCIES:-1 8}"
 triton_backend_dir=${TRITON_BACKEND_DIR:-}
+# Against Triton's native ONNX Runtime backend the two-step ensemble
+# (mlp_pipeline: preprocess -> mlp) and concurrency 64 (where mlp's batches
+# fill) are measured too; the Python-backend Triton has twins of simple and
+# mlp only.
+if [ -n "$triton_backend_dir" ]; then
+  default_models="simple mlp mlp_pipeline" default_concurrencies="1 8 64"
+else
+  default_models="simple mlp" default_concurrencies="1 8"
+fi
+read -r -a models <<<"${BENCH_MODELS:-$default_models}"
+read -r -a protocols <<<"${BENCH_PROTOCOLS:-http grpc}"
+read -r -a concurrencies <<<"${BENCH_CONCURRENCIES:-$default_concurrencies}"
 readonly READY_TIMEOUT_S=${BENCH_READY_TIMEOUT_S:-180} PA_TIMEOUT_S=120 STOP_TIMEOUT_S=20
 
 BENCH_TAG=bench
@@ -124,12 +133,19 @@ record_triton_kind() {
 }
 
 # The copy of model_repository both servers serve (Triton only when it runs
-# its native ONNX Runtime backend): just the two benchmarked models, so that
-# start-up time and memory compare like with like.
+# its native ONNX Runtime backend): just the benchmarked models and the
+# models an ensemble among them uses, so that start-up time and memory
+# compare like with like.
 make_repository() {
   repo=$work/repository
   mkdir -p "$repo"
-  cp -r model_repository/simple model_repository/mlp "$repo/"
+  local model step
+  for model in "${models[@]}"; do
+    cp -r "model_repository/$model" "$repo/"
+    for step in $(sed -n 's/^ *model_name: *"\(.*\)".*/\1/p' "model_repository/$model/config.pbtxt"); do
+      [ -d "$repo/$step" ] || cp -r "model_repository/$step" "$repo/"
+    done
+  done
 }
 
 # --- servers ---------------------------------------------------------------

@@ -5,6 +5,7 @@ probe_scheduler.py). Each check talks HTTP to a model whose input is FP32
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -44,6 +45,8 @@ def batching_configs(head: str) -> dict[str, str]:
     return {
         "preferred": head.replace("{name}", "preferred")
         + _dynamic(f"preferred_batch_size: [ 4, 8 ]\nmax_queue_delay_microseconds: {HOLD_DELAY_US}"),
+        "wave": head.replace("{name}", "wave")
+        + _dynamic(f"preferred_batch_size: [ 4 ]\nmax_queue_delay_microseconds: {HOLD_DELAY_US}"),
         "short_default_timeout": head.replace("{name}", "short_default_timeout")
         + _dynamic(
             "default_queue_policy { default_timeout_microseconds: 1 allow_timeout_override: true }"
@@ -90,6 +93,25 @@ def preferred_sizes_go_at_once(url: str, model: str = "preferred") -> dict[int, 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(client, range(8)))
     _infer(url, model, 4)
+    return batch_sizes(url, model)
+
+
+def waves_go_as_one_batch(url: str, model: str = "wave", waves: int = 3) -> dict[int, int]:
+    """Waves of exactly four concurrent one-row requests on the idle model
+    (preferred size 4, a one-minute delay, one instance), one wave after
+    another. Each wave reaches the preferred size, so it must run as one
+    batch of four at once: a wave whose first request ran alone leaves
+    three that wait out the delay, which shows as a client timeout.
+    Returns the batch sizes run."""
+    for _ in range(waves):
+        start = threading.Barrier(4)
+
+        def client(_: int) -> None:
+            start.wait()
+            _infer(url, model, 1)
+
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(client, range(4)))
     return batch_sizes(url, model)
 
 

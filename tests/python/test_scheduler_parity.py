@@ -11,7 +11,13 @@ import shutil
 import pytest
 
 from conftest import REPO_ROOT, start_server, stop_server
-from scheduler_checks import batching_configs, model_head, preferred_sizes_go_at_once, rejection
+from scheduler_checks import (
+    batching_configs,
+    model_head,
+    preferred_sizes_go_at_once,
+    rejection,
+    waves_go_as_one_batch,
+)
 
 HEAD = model_head('platform: "onnxruntime_onnx"')
 
@@ -33,6 +39,12 @@ def test_batches_at_a_preferred_size_are_not_held_for_the_delay(parity_server):
     sizes = preferred_sizes_go_at_once(parity_server.http_url)
     assert set(sizes) <= {4, 8}, sizes
     assert sum(size * count for size, count in sizes.items()) == 25 * 4
+
+
+def test_a_wave_that_reaches_a_preferred_size_runs_as_one_batch(parity_server):
+    # Real Triton 2.51 runs each wave as one batch of four; the first
+    # request of a wave must not go alone because the model was idle.
+    assert waves_go_as_one_batch(parity_server.http_url) == {4: 3}
 
 
 def test_a_longer_request_timeout_does_not_extend_the_default(parity_server):

@@ -22,7 +22,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
-from scheduler_checks import batching_configs, model_head, preferred_sizes_go_at_once, rejection  # noqa: E402
+from scheduler_checks import (  # noqa: E402
+    batching_configs,
+    model_head,
+    preferred_sizes_go_at_once,
+    rejection,
+    waves_go_as_one_batch,
+)
 
 PORTS = [int(os.environ.get(k, d)) for k, d in
          (("TRITON_HTTP_PORT", 18200), ("TRITON_GRPC_PORT", 18201), ("TRITON_METRICS_PORT", 18202))]
@@ -75,6 +81,9 @@ def main():
         started = time.monotonic()
         results["preferred_batch_sizes"] = preferred_sizes_go_at_once(URL)
         results["preferred_seconds"] = round(time.monotonic() - started, 2)
+        started = time.monotonic()
+        results["wave_batch_sizes"] = waves_go_as_one_batch(URL)
+        results["wave_seconds"] = round(time.monotonic() - started, 2)
         results["short_default_long_request_timeout"] = rejection(URL, "short_default_timeout", 10_000_000)
         results["long_default_1us_request_timeout"] = rejection(URL, "long_default_timeout", 1)
         results["no_default_1us_request_timeout"] = rejection(URL, "no_default_timeout", 1)

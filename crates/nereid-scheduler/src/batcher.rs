@@ -269,18 +269,21 @@ mod tests {
         let ids = |d: &super::Dispatch<crate::queue::tests::Req>| -> Vec<u32> {
             d.items.iter().map(|r| r.id).collect()
         };
-        handle.submit(req(1)).unwrap();
+        for id in 1..=4 {
+            handle.submit(req(id)).unwrap();
+        }
         let first = next();
-        for id in 2..=8 {
+        assert_eq!(ids(&first), [1, 2, 3, 4]);
+        for id in 5..=11 {
             handle.submit(req(id)).unwrap();
         }
         drop(first.permit);
         let second = next();
-        assert_eq!(ids(&second), [2, 3, 4, 5]);
+        assert_eq!(ids(&second), [5, 6, 7, 8]);
         drop(second.permit);
-        // Three queued, five clients expected back: one more arrival makes
-        // the preferred size 4.
-        handle.submit(req(9)).unwrap();
-        assert_eq!(ids(&next()), [6, 7, 8, 9]);
+        // Three queued, clients expected back: one more arrival makes the
+        // preferred size 4.
+        handle.submit(req(12)).unwrap();
+        assert_eq!(ids(&next()), [9, 10, 11, 12]);
     }
 }

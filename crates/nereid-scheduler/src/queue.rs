@@ -21,7 +21,10 @@
 //!    what is still expected a queue delay after the last answer is
 //!    forgotten. Without this, clients that wait for their answers split
 //!    into two cohorts that take turns, each batch half what the load
-//!    allows.
+//!    allows. This last reason does not apply when the config names a
+//!    preferred size below `max_batch_size`: such a batch waits for that
+//!    size or the delay, as in Triton, so that a burst reaching the size
+//!    goes as one batch rather than its first request alone.
 //! 4. Otherwise it waits for more requests, at most until its oldest
 //!    request has waited `max_queue_delay`.
 //!
@@ -186,7 +189,8 @@ impl<T: Pending> QueueState<T> {
         let limit = match self.preferred_cut(&candidate) {
             Some(cut) if !delay_over => Some(cut),
             _ => {
-                let nobody_coming = busy == 0 && self.expected_back(now) == 0;
+                let nobody_coming =
+                    self.may_skip_delay() && busy == 0 && self.expected_back(now) == 0;
                 let go = candidate.overflow
                     || candidate.total >= self.max_preferred()
                     || self.config.max_queue_delay.is_zero()
@@ -200,7 +204,7 @@ impl<T: Pending> QueueState<T> {
             step.wake_at = self.earliest_deadline();
         } else {
             let mut due = oldest + self.config.max_queue_delay;
-            if busy == 0 {
+            if busy == 0 && self.may_skip_delay() {
                 // Expected clients are forgotten at this point.
                 let forget = self.last_answer.map(|at| at + self.config.max_queue_delay);
                 due = forget.map_or(due, |f| f.min(due));
@@ -208,6 +212,19 @@ impl<T: Pending> QueueState<T> {
             step.wake_at = Some(step.wake_at.map_or(due, |w| w.min(due)));
         }
         step
+    }
+
+    /// Whether a batch below every preferred size may go before the delay
+    /// when waiting cannot make it bigger (rule 3). Not when the config
+    /// names a preferred size below the largest batch: it asked for
+    /// batches of that size and agreed to wait the delay for them, and,
+    /// as in Triton, a burst that reaches it goes as one batch instead of
+    /// its first request going alone.
+    fn may_skip_delay(&self) -> bool {
+        self.config
+            .preferred_batch_sizes
+            .first()
+            .is_none_or(|&smallest| smallest >= self.config.max_batch_size)
     }
 
     /// Removes timed-out (REJECT) and abandoned requests; moves timed-out

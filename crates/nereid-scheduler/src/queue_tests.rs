@@ -104,6 +104,40 @@ async fn an_idle_model_dispatches_at_once() {
     assert!(q.is_empty());
 }
 
+/// A config that names a preferred size below the largest batch holds a
+/// lone request on an idle model, so that a burst reaching the size goes
+/// as one batch, as in Triton; a request that stays alone waits the delay.
+#[tokio::test(start_paused = true)]
+async fn a_named_preferred_size_holds_a_lone_request_for_its_burst() {
+    let mut c = config(8, 600_000);
+    c.preferred_batch_sizes = vec![4];
+    let mut q = queue(c, [req(1)]);
+    let step = q.step(Instant::now(), 1, 0);
+    assert!(step.dispatch.is_none());
+    assert_eq!(
+        step.wake_at,
+        Some(Instant::now() + Duration::from_millis(600))
+    );
+    for id in 2..=4 {
+        q.push(req(id), Instant::now()).unwrap();
+    }
+    assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [1, 2, 3, 4]);
+    q.push(req(5), Instant::now()).unwrap();
+    assert!(q.step(Instant::now(), 1, 0).dispatch.is_none());
+    advance(Duration::from_millis(600)).await;
+    assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [5]);
+}
+
+/// The largest batch as the only preferred size (what autofill gives a
+/// config that names none) keeps the idle model's early dispatch.
+#[tokio::test(start_paused = true)]
+async fn the_default_preferred_size_keeps_the_early_dispatch() {
+    let mut c = config(8, 600_000);
+    c.preferred_batch_sizes = vec![8];
+    let mut q = queue(c, [req(1)]);
+    assert_eq!(ids(q.step(Instant::now(), 1, 0).dispatch), [1]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn nothing_leaves_without_an_idle_instance() {
     let mut q = queue(config(8, 0), [req(1)]);
