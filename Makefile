@@ -89,7 +89,8 @@ bench: setup-test release
 
 ## Runs every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz);
 ## crashes land in fuzz/artifacts/<target>/. Not part of `make test`, which
-## replays fuzz/seeds/ and fuzz/regressions/ instead.
+## replays fuzz/seeds/ and fuzz/regressions/<target>/ instead (copy a
+## crash there once it is fixed; the folder is made with the first one).
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := http_infer_body json_tensor_data bytes_framing grpc_infer_request config_pbtxt load_parameters
 fuzz:

@@ -3,8 +3,12 @@
 //! kind, Triton's `ModelConfig` (generated from `proto/model_config.proto`)
 //! and the traits a backend implements.
 //!
-//! This crate must not depend on any other Nereid crate, on a wire format
-//! (HTTP, gRPC, JSON) or on a runtime (tokio, ONNX Runtime, libtorch).
+//! This crate must not depend on any other Nereid crate, on a wire
+//! protocol (HTTP, gRPC) or on a runtime (tokio, ONNX Runtime, libtorch).
+//! The one exception to "no wire format" is `config_json`: Triton's own
+//! JSON rendering of a `ModelConfig`, which the REST frontend, the
+//! repository API's config override and the Python backend all need, and
+//! which depends only on the config's descriptor.
 
 pub mod backend;
 pub mod config_json;

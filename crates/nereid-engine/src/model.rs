@@ -14,12 +14,11 @@ use nereid_core::{
 use tokio::sync::oneshot;
 
 use nereid_ensemble::{Composer, Pipeline};
-use nereid_scheduler::{BatcherConfig, ResponseOrder};
+use nereid_scheduler::{ResponseOrder, Scheduler};
 
 use crate::cache::{CacheScope, ResponseCache};
 use crate::classify::{self, Labels};
-use crate::scheduler::job::Job;
-use crate::scheduler::{BatchingScheduler, DirectScheduler, Scheduler};
+use crate::job::Job;
 use crate::stats::{ComputeTimes, FailureReason, ModelStats};
 use crate::validate::validate;
 use crate::warmup;
@@ -48,7 +47,7 @@ pub struct LoadedVersion {
 enum Runner {
     /// Its own instances, behind a scheduler.
     Instances {
-        scheduler: Box<dyn Scheduler>,
+        scheduler: Box<dyn Scheduler<Job>>,
         /// Set when the config asks to `preserve_ordering`.
         order: Option<ResponseOrder>,
     },
@@ -81,8 +80,7 @@ impl LoadedVersion {
         version: i64,
         model_path: std::path::PathBuf,
     ) -> Result<LoadedVersion, Error> {
-        let batching = BatcherConfig::from_model_config(&config)
-            .map_err(|e| Error::invalid_argument(e.to_string()))?;
+        let batching = nereid_scheduler::plan(&config)?;
         let model_dir = model_dir(&model_path, 2);
         let labels = Labels::load(&config, model_dir)?;
         let warmup = warmup::samples(&config, model_dir)?;
@@ -100,17 +98,8 @@ impl LoadedVersion {
             failure: Arc::clone(&failure),
         });
         let workers = start_workers(backend, sources, ctx, warmup, &queue_rx)?;
-        let order = batching
-            .as_ref()
-            .filter(|b| b.preserve_ordering)
-            .map(|_| ResponseOrder::default());
-        let scheduler: Box<dyn Scheduler> = match batching {
-            Some(batcher) => {
-                let handle = nereid_scheduler::spawn(batcher, instances, queue_tx)?;
-                Box::new(BatchingScheduler::new(handle))
-            }
-            None => Box::new(DirectScheduler::new(config.name.clone(), queue_tx, workers)),
-        };
+        let (scheduler, order) =
+            nereid_scheduler::start(&config.name, batching, instances, queue_tx, workers)?;
         Ok(LoadedVersion {
             version,
             config,

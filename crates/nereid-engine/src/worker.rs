@@ -24,7 +24,7 @@ use nereid_scheduler::{Dispatch, Pending, SlotPermit};
 use parking_lot::Mutex;
 
 use crate::batch::{gather, pick, scatter};
-use crate::scheduler::job::Job;
+use crate::job::Job;
 use crate::stats::{ComputeTimes, FailureReason, ModelStats};
 use crate::validate::ValidatedRequest;
 use crate::warmup::{self, WarmupSample};
@@ -72,12 +72,12 @@ impl std::fmt::Debug for Instances {
     }
 }
 
-impl Instances {
+impl nereid_scheduler::Inline<Job> for Instances {
     /// Runs `job` here, on the caller's thread, when inline execution is
     /// allowed, executions have been short and an instance is idle; gives
     /// the job back otherwise. The caller checks first that nothing is
     /// queued, so a request never overtakes one that waits.
-    pub fn try_inline(&self, job: Job) -> Option<Job> {
+    fn try_inline(&self, job: Job) -> Option<Job> {
         if !self.inline || self.mean_nanos.load(Ordering::Relaxed) > INLINE_BELOW.as_nanos() as u64
         {
             return Some(job);
@@ -98,7 +98,9 @@ impl Instances {
         }
         Some(job)
     }
+}
 
+impl Instances {
     /// Runs a dispatch on one slot's instance, restarting it after a panic.
     fn run(
         &self,

@@ -74,7 +74,7 @@ pub struct BatcherHandle<T> {
     /// Each request with the time it was submitted: its queue delay and
     /// timeout count from then, not from when the batcher got to it.
     inbox: mpsc::Sender<(T, Instant)>,
-    model: String,
+    pub(crate) model: String,
 }
 
 impl<T: Pending> BatcherHandle<T> {
@@ -83,13 +83,8 @@ impl<T: Pending> BatcherHandle<T> {
         self.inbox
             .try_send((item, Instant::now()))
             .map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => Error::unavailable(format!(
-                    "inference request for model '{}' rejected: the queue is full",
-                    self.model
-                )),
-                mpsc::error::TrySendError::Closed(_) => {
-                    Error::unavailable(format!("model '{}' is unloading", self.model))
-                }
+                mpsc::error::TrySendError::Full(_) => crate::queue_full(&self.model),
+                mpsc::error::TrySendError::Closed(_) => crate::unloading(&self.model),
             })
     }
 }

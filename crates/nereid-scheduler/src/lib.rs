@@ -1,8 +1,10 @@
-//! Triton's dynamic batcher. Requests wait in bounded per-priority queues
-//! governed by Triton's queue policies; batches are formed from requests of
-//! the same non-batch shape and handed to an idle model instance. The queue
-//! logic ([`QueueState`]) is a plain struct with sync methods, driven by an
-//! async actor ([`spawn`]) that owns it.
+//! The schedulers in front of a model's instances, and the choice a config
+//! makes among them ([`plan`], [`start`]): the direct scheduler, and
+//! Triton's dynamic batcher. In the batcher, requests wait in bounded
+//! per-priority queues governed by Triton's queue policies; batches are
+//! formed from requests of the same non-batch shape and handed to an idle
+//! model instance. The queue logic ([`QueueState`]) is a plain struct with
+//! sync methods, driven by an async actor ([`spawn`]) that owns it.
 //!
 //! This crate knows nothing about wire formats, backends or the engine's
 //! request type: it schedules anything that implements [`Pending`].
@@ -11,12 +13,17 @@ mod batcher;
 mod ordering;
 mod policy;
 mod queue;
+mod seam;
 pub mod work_queue;
 
 pub use batcher::{BatcherHandle, Dispatch, SlotPermit, spawn};
 pub use ordering::{OrderTicket, ResponseOrder};
 pub use policy::{BatcherConfig, ConfigError, LevelPolicy, TimeoutAction};
 pub use queue::{QueueState, Step};
+pub use seam::{
+    BatchingScheduler, DirectScheduler, Inline, Scheduler, Started, plan, queue_full, start,
+    unloading,
+};
 
 use std::time::Duration;
 
