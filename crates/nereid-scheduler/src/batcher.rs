@@ -43,27 +43,56 @@ impl Slots {
     fn reserve(self: &Arc<Self>, requests: usize) -> SlotPermit {
         self.busy.fetch_add(1, Ordering::AcqRel);
         SlotPermit {
-            slots: Arc::clone(self),
-            requests,
+            release: Release::Slots {
+                slots: Arc::clone(self),
+                requests,
+            },
         }
     }
 }
 
 /// One instance's slot, reserved for a batch; dropping it frees the slot
-/// and wakes the batcher.
-#[derive(Debug)]
+/// and wakes the scheduler that sent the batch.
 pub struct SlotPermit {
-    slots: Arc<Slots>,
-    requests: usize,
+    release: Release,
+}
+
+enum Release {
+    /// The dynamic batcher's slots.
+    Slots { slots: Arc<Slots>, requests: usize },
+    /// Another scheduler's hook (the sequence batcher's).
+    Call(Option<Box<dyn FnOnce() + Send>>),
+}
+
+impl std::fmt::Debug for SlotPermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotPermit").finish_non_exhaustive()
+    }
+}
+
+impl SlotPermit {
+    /// A permit whose release calls `release`.
+    pub fn on_release(release: impl FnOnce() + Send + 'static) -> SlotPermit {
+        SlotPermit {
+            release: Release::Call(Some(Box::new(release))),
+        }
+    }
 }
 
 impl Drop for SlotPermit {
     fn drop(&mut self) {
-        self.slots
-            .finished
-            .fetch_add(self.requests, Ordering::AcqRel);
-        self.slots.busy.fetch_sub(1, Ordering::AcqRel);
-        self.slots.freed.notify_one();
+        match &mut self.release {
+            Release::Slots { slots, requests } => {
+                slots.finished.fetch_add(*requests, Ordering::AcqRel);
+                slots.busy.fetch_sub(1, Ordering::AcqRel);
+                slots.freed.notify_one();
+            }
+            Release::Call(call) => {
+                if let Some(call) = call.take() {
+                    call();
+                }
+            }
+        }
     }
 }
 

@@ -14,6 +14,7 @@ mod ordering;
 mod policy;
 mod queue;
 mod seam;
+mod sequence;
 pub mod work_queue;
 
 pub use batcher::{BatcherHandle, Dispatch, SlotPermit, spawn};
@@ -23,6 +24,10 @@ pub use queue::{QueueState, Step};
 pub use seam::{
     BatchingScheduler, DirectScheduler, Inline, Scheduler, Started, plan, queue_full, start,
     unloading,
+};
+pub use sequence::{
+    CorrelationId, DEFAULT_MAX_BACKLOG, Placement, SequenceBatcher, SequenceConfig, SequenceState,
+    SequenceStep,
 };
 
 use std::time::Duration;

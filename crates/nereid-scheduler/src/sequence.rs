@@ -1,0 +1,467 @@
+//! Triton's sequence batcher, direct strategy. Every instance has
+//! `max_batch_size` sequence slots (one for a model without batching). A
+//! sequence takes a free slot with its START request and keeps it until its
+//! END request has been sent to the instance, or until it has been idle for
+//! `max_sequence_idle_microseconds`; sequences that find every slot taken
+//! wait in a bounded backlog and take slots as they free. An idle instance
+//! gets one batch holding the next request of each of its slots that has
+//! one: at most one request per sequence per execution, in order.
+//!
+//! Where a request runs is told to it ([`Placement`]): its slot's row in the
+//! batch, the rows the batch has (rows of slots without a request are the
+//! engine's to fill, with READY false), and the sequence's state, which
+//! lives as long as the sequence does.
+//!
+//! The state is plain data behind a mutex: submission, the answer of a
+//! batch (its permit) and the reaper each lock it briefly; nothing waits
+//! while holding it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use nereid_core::{Error, Tensor};
+use parking_lot::Mutex;
+
+use crate::work_queue::WorkSender;
+use crate::{Dispatch, SlotPermit};
+
+/// A sequence's correlation ID, as the request gave it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CorrelationId {
+    Int(u64),
+    Str(String),
+}
+
+impl std::fmt::Display for CorrelationId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CorrelationId::Int(id) => write!(f, "{id}"),
+            CorrelationId::Str(id) => f.write_str(id),
+        }
+    }
+}
+
+/// The implicit state of one sequence: the state outputs of its last step,
+/// `None` before its first (the initial state then applies).
+pub type SequenceState = Arc<Mutex<Option<Vec<Tensor>>>>;
+
+/// Where a request of a sequence runs.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    /// Its row in the batch: its slot on the instance.
+    pub row: usize,
+    /// Rows in the batch: one more than the highest slot of the instance
+    /// that holds a sequence.
+    pub rows: usize,
+    pub state: SequenceState,
+}
+
+/// A request of a sequence, as the sequence batcher sees it.
+pub trait SequenceStep: Send + 'static {
+    fn correlation_id(&self) -> &CorrelationId;
+    fn is_start(&self) -> bool;
+    fn is_end(&self) -> bool;
+    /// Tells the request where it runs, just before it is sent.
+    fn place(&mut self, placement: Placement);
+    /// Answers it with `error` without running it.
+    fn reject(self, error: Error);
+}
+
+/// What the sequence batcher needs to know about one model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SequenceConfig {
+    pub model: String,
+    pub slots_per_instance: usize,
+    /// How long a sequence may go without a request before its slot is
+    /// taken back.
+    pub idle: Duration,
+    /// Sequences that may wait for a slot; more are refused at once.
+    pub max_backlog: usize,
+}
+
+/// Sequences waiting for a slot beyond which new ones are refused (Triton
+/// has no bound).
+pub const DEFAULT_MAX_BACKLOG: usize = 4096;
+
+struct Live {
+    id: CorrelationId,
+    state: SequenceState,
+    last_seen: Instant,
+}
+
+struct Slot<T> {
+    sequence: Option<Live>,
+    pending: VecDeque<T>,
+}
+
+impl<T> Slot<T> {
+    fn is_free(&self) -> bool {
+        self.sequence.is_none() && self.pending.is_empty()
+    }
+}
+
+struct Instance<T> {
+    busy: bool,
+    slots: Vec<Slot<T>>,
+}
+
+/// A sequence that waits for a slot.
+struct Waiting<T> {
+    id: CorrelationId,
+    items: VecDeque<T>,
+    /// Its END request has arrived: it takes a slot only to run what it has.
+    ended: bool,
+    last_seen: Instant,
+}
+
+/// Where a sequence that may still get requests is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Where {
+    Slot { instance: usize, slot: usize },
+    Backlog,
+}
+
+struct State<T> {
+    instances: Vec<Instance<T>>,
+    live: HashMap<CorrelationId, Where>,
+    backlog: VecDeque<Waiting<T>>,
+    /// Sequences released for being idle, since the start.
+    reaped: u64,
+}
+
+struct Shared<T> {
+    config: SequenceConfig,
+    state: Mutex<State<T>>,
+    queues: Vec<WorkSender<Dispatch<T>>>,
+}
+
+/// The sending side of a model's sequence batcher.
+pub struct SequenceBatcher<T> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> std::fmt::Debug for SequenceBatcher<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SequenceBatcher")
+            .field("model", &self.shared.config.model)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A batch to send, found under the lock and sent after it.
+type Outgoing<T> = (usize, Vec<T>);
+
+impl<T: SequenceStep> SequenceBatcher<T> {
+    /// A batcher sending each instance's batches to its own queue in
+    /// `queues`; starts the thread that reaps idle sequences.
+    pub fn start(
+        config: SequenceConfig,
+        queues: Vec<WorkSender<Dispatch<T>>>,
+    ) -> Result<SequenceBatcher<T>, Error> {
+        let slots = config.slots_per_instance.max(1);
+        let instances = queues
+            .iter()
+            .map(|_| Instance {
+                busy: false,
+                slots: (0..slots)
+                    .map(|_| Slot {
+                        sequence: None,
+                        pending: VecDeque::new(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let shared = Arc::new(Shared {
+            config,
+            state: Mutex::new(State {
+                instances,
+                live: HashMap::new(),
+                backlog: VecDeque::new(),
+                reaped: 0,
+            }),
+            queues,
+        });
+        start_reaper(Arc::downgrade(&shared))?;
+        Ok(SequenceBatcher { shared })
+    }
+
+    /// Routes `item` to its sequence's slot, a free slot (a START) or the
+    /// backlog, and sends whatever batch that makes ready.
+    pub fn submit(&self, item: T) -> Result<(), Error> {
+        Shared::submit(&self.shared, item, Instant::now())
+    }
+
+    /// Sequences released for being idle, since the start.
+    pub fn reaped(&self) -> u64 {
+        self.shared.state.lock().reaped
+    }
+
+    /// Releases the sequences idle at `now` (the reaper calls it too).
+    pub fn reap(&self, now: Instant) {
+        Shared::reap(&self.shared, now);
+    }
+}
+
+impl<T: SequenceStep> Shared<T> {
+    fn submit(this: &Arc<Self>, item: T, now: Instant) -> Result<(), Error> {
+        let model = &this.config.model;
+        let id = item.correlation_id().clone();
+        let (start, end) = (item.is_start(), item.is_end());
+        let mut state = this.state.lock();
+        let out = match state.live.get(&id).copied() {
+            Some(Where::Slot { instance, slot }) => {
+                if start {
+                    tracing::warn!(model = %model, sequence = %id, "a sequence started again before it ended; the previous one ends early");
+                }
+                let target = &mut state.instances[instance].slots[slot];
+                if let Some(live) = &mut target.sequence {
+                    live.last_seen = now;
+                }
+                target.pending.push_back(item);
+                if end {
+                    state.live.remove(&id);
+                }
+                this.next_batch(&mut state, instance)
+            }
+            Some(Where::Backlog) => {
+                if start {
+                    tracing::warn!(model = %model, sequence = %id, "a sequence started again before it ended; the previous one ends early");
+                }
+                if let Some(waiting) = state.backlog.iter_mut().find(|w| w.id == id && !w.ended) {
+                    waiting.items.push_back(item);
+                    waiting.last_seen = now;
+                    waiting.ended = end;
+                }
+                if end {
+                    state.live.remove(&id);
+                }
+                None
+            }
+            None if !start => {
+                drop(state);
+                item.reject(Error::invalid_argument(format!(
+                    "inference request for sequence {id} to model '{model}' must specify the START flag on the first request of the sequence"
+                )));
+                return Ok(());
+            }
+            None => match free_slot(&state.instances) {
+                Some((instance, slot)) => {
+                    let target = &mut state.instances[instance].slots[slot];
+                    target.sequence = Some(Live {
+                        id: id.clone(),
+                        state: SequenceState::default(),
+                        last_seen: now,
+                    });
+                    target.pending.push_back(item);
+                    if !end {
+                        state.live.insert(id, Where::Slot { instance, slot });
+                    }
+                    this.next_batch(&mut state, instance)
+                }
+                None if state.backlog.len() >= this.config.max_backlog => {
+                    drop(state);
+                    item.reject(Error::unavailable(format!(
+                        "inference request for sequence {id} to model '{model}' rejected: {} sequences already wait for a sequence slot",
+                        this.config.max_backlog
+                    )));
+                    return Ok(());
+                }
+                None => {
+                    state.backlog.push_back(Waiting {
+                        id: id.clone(),
+                        items: VecDeque::from([item]),
+                        ended: end,
+                        last_seen: now,
+                    });
+                    if !end {
+                        state.live.insert(id, Where::Backlog);
+                    }
+                    None
+                }
+            },
+        };
+        drop(state);
+        this.send(out);
+        Ok(())
+    }
+
+    /// The next batch of `instance` when it is idle and a slot has a
+    /// request; marks it busy. Slots freed by an END request go to the
+    /// backlog's oldest sequences.
+    fn next_batch(self: &Arc<Self>, state: &mut State<T>, instance: usize) -> Option<Outgoing<T>> {
+        if state.instances[instance].busy {
+            return None;
+        }
+        let rows = rows_of(&state.instances[instance]);
+        let mut items = Vec::new();
+        let mut freed = Vec::new();
+        for (index, slot) in state.instances[instance].slots.iter_mut().enumerate() {
+            let Some(live) = &slot.sequence else {
+                continue;
+            };
+            let Some(mut item) = slot.pending.pop_front() else {
+                continue;
+            };
+            item.place(Placement {
+                row: index,
+                rows,
+                state: Arc::clone(&live.state),
+            });
+            if item.is_end() && slot.pending.is_empty() {
+                slot.sequence = None;
+                freed.push(index);
+            }
+            items.push(item);
+        }
+        for slot in freed {
+            self.fill(state, instance, slot);
+        }
+        if items.is_empty() {
+            return None;
+        }
+        state.instances[instance].busy = true;
+        Some((instance, items))
+    }
+
+    /// Gives a free slot to the oldest waiting sequence.
+    fn fill(&self, state: &mut State<T>, instance: usize, slot: usize) {
+        let Some(waiting) = state.backlog.pop_front() else {
+            return;
+        };
+        if !waiting.ended {
+            state
+                .live
+                .insert(waiting.id.clone(), Where::Slot { instance, slot });
+        }
+        let target = &mut state.instances[instance].slots[slot];
+        target.sequence = Some(Live {
+            id: waiting.id,
+            state: SequenceState::default(),
+            last_seen: waiting.last_seen,
+        });
+        target.pending = waiting.items;
+    }
+
+    fn send(self: &Arc<Self>, out: Option<Outgoing<T>>) {
+        let Some((instance, items)) = out else {
+            return;
+        };
+        let weak = Arc::downgrade(self);
+        let permit = SlotPermit::on_release(move || {
+            if let Some(shared) = weak.upgrade() {
+                Shared::finished(&shared, instance);
+            }
+        });
+        let dispatch = Dispatch {
+            items,
+            permit: Some(permit),
+        };
+        if let Err(e) = self.queues[instance].send(dispatch) {
+            // The instance is gone (the model is unloading): its requests
+            // are answered with that.
+            for item in e.0.items {
+                item.reject(crate::unloading(&self.config.model));
+            }
+        }
+    }
+
+    /// `instance` finished its batch: it takes the next one.
+    fn finished(this: &Arc<Self>, instance: usize) {
+        let mut state = this.state.lock();
+        state.instances[instance].busy = false;
+        let out = this.next_batch(&mut state, instance);
+        drop(state);
+        this.send(out);
+    }
+
+    /// Releases the slots of sequences that have had no request for the
+    /// idle time and have nothing left to run; their slots go to waiting
+    /// sequences.
+    fn reap(this: &Arc<Self>, now: Instant) {
+        let idle = this.config.idle;
+        let mut state = this.state.lock();
+        let mut released = Vec::new();
+        for (i, instance) in state.instances.iter_mut().enumerate() {
+            for (s, slot) in instance.slots.iter_mut().enumerate() {
+                let stale = slot.pending.is_empty()
+                    && slot
+                        .sequence
+                        .as_ref()
+                        .is_some_and(|live| now.duration_since(live.last_seen) >= idle);
+                if stale && let Some(live) = slot.sequence.take() {
+                    released.push((i, s, live.id));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for (instance, slot, id) in released {
+            tracing::warn!(model = %this.config.model, sequence = %id, idle_ms = idle.as_millis() as u64, "a sequence was idle longer than max_sequence_idle_microseconds; its slot is released and a later request for it needs START");
+            if state.live.get(&id) == Some(&Where::Slot { instance, slot }) {
+                state.live.remove(&id);
+            }
+            state.reaped += 1;
+            this.fill(&mut state, instance, slot);
+            out.push(instance);
+        }
+        out.sort_unstable();
+        out.dedup();
+        let batches: Vec<_> = out
+            .into_iter()
+            .filter_map(|instance| this.next_batch(&mut state, instance))
+            .collect();
+        drop(state);
+        for batch in batches {
+            this.send(Some(batch));
+        }
+    }
+}
+
+/// A free slot on the instance with the fewest sequences (the lowest slot
+/// there), so that sequences spread over instances.
+fn free_slot<T>(instances: &[Instance<T>]) -> Option<(usize, usize)> {
+    instances
+        .iter()
+        .enumerate()
+        .filter_map(|(i, instance)| {
+            let used = instance.slots.iter().filter(|s| !s.is_free()).count();
+            let free = instance.slots.iter().position(Slot::is_free)?;
+            Some((used, i, free))
+        })
+        .min()
+        .map(|(_, i, slot)| (i, slot))
+}
+
+/// One more than the highest slot that holds a sequence or a request.
+fn rows_of<T>(instance: &Instance<T>) -> usize {
+    instance
+        .slots
+        .iter()
+        .rposition(|s| !s.is_free())
+        .map_or(0, |i| i + 1)
+}
+
+/// Reaps idle sequences now and then until the batcher is gone.
+fn start_reaper<T: SequenceStep>(shared: Weak<Shared<T>>) -> Result<(), Error> {
+    let period = shared
+        .upgrade()
+        .map(|s| (s.config.idle / 4).clamp(Duration::from_millis(5), Duration::from_secs(1)))
+        .unwrap_or(Duration::from_secs(1));
+    std::thread::Builder::new()
+        .name("nereid-seq-reaper".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(period);
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                Shared::reap(&shared, Instant::now());
+            }
+        })
+        .map(drop)
+        .map_err(|e| Error::internal(format!("cannot start the sequence reaper: {e}")))
+}
+
+#[cfg(test)]
+#[path = "sequence_tests.rs"]
+mod tests;

@@ -1,0 +1,216 @@
+//! The sequence batcher's slots, backlog and reaping, with instance queues
+//! read by the test.
+
+use std::time::{Duration, Instant};
+
+use nereid_core::Error;
+
+use super::*;
+use crate::work_queue::{WorkReceiver, unbounded};
+
+#[derive(Debug)]
+struct Step {
+    id: CorrelationId,
+    n: u32,
+    start: bool,
+    end: bool,
+    placed: Option<Placement>,
+    rejected: crossbeam_channel::Sender<(u32, String)>,
+}
+
+impl SequenceStep for Step {
+    fn correlation_id(&self) -> &CorrelationId {
+        &self.id
+    }
+    fn is_start(&self) -> bool {
+        self.start
+    }
+    fn is_end(&self) -> bool {
+        self.end
+    }
+    fn place(&mut self, placement: Placement) {
+        self.placed = Some(placement);
+    }
+    fn reject(self, error: Error) {
+        let _ = self.rejected.send((self.n, error.message().to_string()));
+    }
+}
+
+struct Rig {
+    batcher: SequenceBatcher<Step>,
+    queues: Vec<WorkReceiver<Dispatch<Step>>>,
+    rejected: crossbeam_channel::Receiver<(u32, String)>,
+    reject_to: crossbeam_channel::Sender<(u32, String)>,
+}
+
+fn rig(instances: usize, slots: usize, idle: Duration, max_backlog: usize) -> Rig {
+    let (senders, queues): (Vec<_>, Vec<_>) = (0..instances).map(|_| unbounded()).unzip();
+    let config = SequenceConfig {
+        model: "acc".into(),
+        slots_per_instance: slots,
+        idle,
+        max_backlog,
+    };
+    let (reject_to, rejected) = crossbeam_channel::unbounded();
+    Rig {
+        batcher: SequenceBatcher::start(config, senders).unwrap(),
+        queues,
+        rejected,
+        reject_to,
+    }
+}
+
+impl Rig {
+    fn send(&self, id: u64, n: u32, start: bool, end: bool) {
+        self.batcher
+            .submit(Step {
+                id: CorrelationId::Int(id),
+                n,
+                start,
+                end,
+                placed: None,
+                rejected: self.reject_to.clone(),
+            })
+            .unwrap();
+    }
+
+    /// The next batch of `instance`: (step number, row, rows) per request.
+    fn batch(&self, instance: usize) -> (Vec<(u32, usize, usize)>, Option<SlotPermit>) {
+        let dispatch = self.queues[instance]
+            .recv_timeout(Duration::from_secs(5))
+            .expect("a batch");
+        let rows = dispatch
+            .items
+            .iter()
+            .map(|s| {
+                let p = s.placed.as_ref().unwrap();
+                (s.n, p.row, p.rows)
+            })
+            .collect();
+        (rows, dispatch.permit)
+    }
+
+    fn nothing(&self, instance: usize) {
+        assert!(
+            self.queues[instance]
+                .recv_timeout(Duration::from_millis(50))
+                .is_err()
+        );
+    }
+}
+
+const LONG: Duration = Duration::from_secs(600);
+
+#[test]
+fn sequences_share_a_batch_one_request_each_in_order() {
+    let r = rig(1, 2, LONG, 8);
+    r.send(7, 1, true, false);
+    let (first, permit) = r.batch(0);
+    assert_eq!(first, [(1, 0, 1)]);
+    // While the instance runs, a second sequence starts and the first
+    // sends two more: one request per sequence per batch.
+    r.send(9, 10, true, false);
+    r.send(7, 2, false, false);
+    r.send(7, 3, false, true);
+    r.nothing(0);
+    drop(permit);
+    let (second, permit) = r.batch(0);
+    assert_eq!(second, [(2, 0, 2), (10, 1, 2)]);
+    drop(permit);
+    let (third, _permit) = r.batch(0);
+    assert_eq!(third, [(3, 0, 2)]);
+}
+
+#[test]
+fn a_request_without_start_for_an_unknown_sequence_is_refused() {
+    let r = rig(1, 1, LONG, 8);
+    r.send(5, 1, false, false);
+    let (n, message) = r.rejected.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(
+        message,
+        "inference request for sequence 5 to model 'acc' must specify the START flag on the first request of the sequence"
+    );
+    // After its END, a sequence is unknown again.
+    r.send(6, 2, true, true);
+    let (batch, _permit) = r.batch(0);
+    assert_eq!(batch, [(2, 0, 1)]);
+    r.send(6, 3, false, false);
+    assert_eq!(
+        r.rejected.recv_timeout(Duration::from_secs(5)).unwrap().0,
+        3
+    );
+}
+
+#[test]
+fn a_waiting_sequence_takes_the_slot_its_predecessor_ends() {
+    let r = rig(1, 1, LONG, 8);
+    r.send(1, 1, true, false);
+    let (batch, permit) = r.batch(0);
+    assert_eq!(batch, [(1, 0, 1)]);
+    r.send(2, 20, true, false);
+    r.send(2, 21, false, true);
+    r.send(1, 2, false, true);
+    drop(permit);
+    let (batch, permit) = r.batch(0);
+    assert_eq!(batch, [(2, 0, 1)]);
+    drop(permit);
+    let (batch, permit) = r.batch(0);
+    assert_eq!(batch, [(20, 0, 1)]);
+    drop(permit);
+    let (batch, _permit) = r.batch(0);
+    assert_eq!(batch, [(21, 0, 1)]);
+}
+
+#[test]
+fn sequences_spread_over_instances() {
+    let r = rig(2, 4, LONG, 8);
+    r.send(1, 1, true, false);
+    r.send(2, 2, true, false);
+    assert_eq!(r.batch(0).0, [(1, 0, 1)]);
+    assert_eq!(r.batch(1).0, [(2, 0, 1)]);
+}
+
+#[test]
+fn a_full_backlog_refuses_new_sequences_at_once() {
+    let r = rig(1, 1, LONG, 1);
+    r.send(1, 1, true, false);
+    let _running = r.batch(0);
+    r.send(2, 2, true, false);
+    r.send(3, 3, true, false);
+    let (n, message) = r.rejected.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(n, 3);
+    assert!(message.contains("model 'acc' rejected"), "{message}");
+}
+
+#[test]
+fn an_idle_sequence_loses_its_slot_to_a_waiting_one() {
+    let r = rig(1, 1, Duration::from_millis(100), 8);
+    r.send(1, 1, true, false);
+    let (_, permit) = r.batch(0);
+    drop(permit);
+    r.send(2, 2, true, false);
+    r.nothing(0);
+    r.batcher.reap(Instant::now() + Duration::from_millis(150));
+    assert_eq!(r.batch(0).0, [(2, 0, 1)]);
+    assert_eq!(r.batcher.reaped(), 1);
+    r.send(1, 3, false, false);
+    assert_eq!(
+        r.rejected.recv_timeout(Duration::from_secs(5)).unwrap().0,
+        3
+    );
+}
+
+#[test]
+fn every_request_of_a_sequence_sees_the_same_state() {
+    let r = rig(1, 1, LONG, 8);
+    r.send(1, 1, true, false);
+    let d = r.queues[0].recv_timeout(Duration::from_secs(5)).unwrap();
+    let state = d.items[0].placed.as_ref().unwrap().state.clone();
+    *state.lock() = Some(Vec::new());
+    drop(d);
+    r.send(1, 2, false, true);
+    let d = r.queues[0].recv_timeout(Duration::from_secs(5)).unwrap();
+    let again = &d.items[0].placed.as_ref().unwrap().state;
+    assert!(Arc::ptr_eq(&state, again));
+}
