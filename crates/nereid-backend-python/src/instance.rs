@@ -123,9 +123,12 @@ impl PythonInstance {
                 ))
             })
             .collect::<Result<Vec<_>, BackendError>>()?;
+        let (correlation_id, flags) = sequence_of(&request.parameters);
         Ok(json!({
             "id": id.to_string(),
             "request_id": request.id,
+            "correlation_id": correlation_id,
+            "flags": flags,
             "parameters": parameters(&request.parameters),
             "requested_output_names": outputs,
             "inputs": inputs,
@@ -522,4 +525,22 @@ impl From<WorkerError> for BackendError {
     fn from(e: WorkerError) -> Self {
         BackendError::Execute(e.to_string())
     }
+}
+
+/// A request's correlation ID and Triton's request flags (1: sequence
+/// start, 2: sequence end), from its sequence parameters, as the Python
+/// backend's `correlation_id()` and `flags()` give them.
+fn sequence_of(parameters: &nereid_core::Parameters) -> (serde_json::Value, u32) {
+    use nereid_core::Parameter;
+    let id = match parameters.get("sequence_id") {
+        Some(Parameter::Uint64(v)) => json!(v),
+        Some(Parameter::Int64(v)) => json!(v),
+        Some(Parameter::String(v)) => json!(v),
+        _ => json!(0),
+    };
+    let flag = |key: &str, bit: u32| match parameters.get(key) {
+        Some(Parameter::Bool(true)) => bit,
+        _ => 0,
+    };
+    (id, flag("sequence_start", 1) | flag("sequence_end", 2))
 }

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nereid_core::{Error, InferResponse, Parameter};
-use nereid_scheduler::{OrderTicket, Pending};
+use nereid_scheduler::{CorrelationId, OrderTicket, Pending, Placement, SequenceStep};
 use tokio::sync::oneshot;
 
+use crate::sequence::SequenceRequest;
 use crate::stats::{FailureReason, ModelStats, PendingMark};
 use crate::validate::ValidatedRequest;
 
@@ -26,6 +27,8 @@ pub struct Job {
     timeout: Option<Duration>,
     /// Counts the job as pending until it starts executing.
     waiting: Option<PendingMark>,
+    /// Its place in a sequence, for a model with `sequence_batching`.
+    pub sequence: Option<SequenceRequest>,
 }
 
 impl Job {
@@ -46,6 +49,7 @@ impl Job {
             stats,
             priority,
             timeout,
+            sequence: None,
         })
     }
 
@@ -122,5 +126,33 @@ impl Pending for Job {
 
     fn cancel(self) {
         self.stats.record_cancelled();
+    }
+}
+
+/// A job without a sequence (never sent to a sequence batcher) reads as
+/// correlation ID 0.
+static NO_SEQUENCE: CorrelationId = CorrelationId::Int(0);
+
+impl SequenceStep for Job {
+    fn correlation_id(&self) -> &CorrelationId {
+        self.sequence.as_ref().map_or(&NO_SEQUENCE, |s| &s.id)
+    }
+
+    fn is_start(&self) -> bool {
+        self.sequence.as_ref().is_some_and(|s| s.start)
+    }
+
+    fn is_end(&self) -> bool {
+        self.sequence.as_ref().is_some_and(|s| s.end)
+    }
+
+    fn place(&mut self, placement: Placement) {
+        if let Some(sequence) = &mut self.sequence {
+            sequence.placement = Some(placement);
+        }
+    }
+
+    fn reject(self, error: Error) {
+        Pending::reject(self, error);
     }
 }

@@ -25,6 +25,7 @@ mod options;
 mod plan;
 mod poll;
 mod registry;
+mod sequence;
 pub mod shared_memory;
 mod source;
 pub mod stats;

@@ -19,6 +19,7 @@ use nereid_scheduler::{ResponseOrder, Scheduler};
 use crate::cache::{CacheScope, ResponseCache};
 use crate::classify::{self, Labels};
 use crate::job::Job;
+use crate::sequence::SequenceSetup;
 use crate::stats::{ComputeTimes, FailureReason, ModelStats};
 use crate::validate::validate;
 use crate::warmup;
@@ -50,6 +51,8 @@ enum Runner {
         scheduler: Box<dyn Scheduler<Job>>,
         /// Set when the config asks to `preserve_ordering`.
         order: Option<ResponseOrder>,
+        /// Set for a model with `sequence_batching`.
+        sequence: Option<Arc<SequenceSetup>>,
     },
     /// An ensemble's steps, each through its model's own scheduler.
     Ensemble {
@@ -80,14 +83,22 @@ impl LoadedVersion {
         version: i64,
         model_path: std::path::PathBuf,
     ) -> Result<LoadedVersion, Error> {
-        let batching = nereid_scheduler::plan(&config)?;
+        let plan = nereid_scheduler::plan(&config)?;
         let model_dir = model_dir(&model_path, 2);
         let labels = Labels::load(&config, model_dir)?;
         let warmup = warmup::samples(&config, model_dir)?;
+        let sequence = SequenceSetup::from_config(&config, model_dir)?.map(Arc::new);
         let sources = instance_sources(&config, version, &model_path)?;
         let instances = sources.len();
-        let (queue_tx, queue_rx) =
-            nereid_scheduler::work_queue::bounded(QUEUE_PER_INSTANCE * instances);
+        // One queue every instance reads, or one each (sequence slots).
+        let (senders, receivers): (Vec<_>, Vec<_>) = if plan.queue_per_instance() {
+            (0..instances)
+                .map(|_| nereid_scheduler::work_queue::unbounded())
+                .unzip()
+        } else {
+            let (tx, rx) = nereid_scheduler::work_queue::bounded(QUEUE_PER_INSTANCE * instances);
+            (vec![tx], vec![rx; instances])
+        };
         let stats = Arc::new(ModelStats::default());
         let failure = Arc::new(OnceLock::new());
         let ctx = Arc::new(WorkerContext {
@@ -96,10 +107,11 @@ impl LoadedVersion {
             batching: config.max_batch_size > 0,
             stats: Arc::clone(&stats),
             failure: Arc::clone(&failure),
+            sequence: sequence.clone(),
         });
-        let workers = start_workers(backend, sources, ctx, warmup, &queue_rx)?;
+        let workers = start_workers(backend, sources, ctx, warmup, receivers)?;
         let (scheduler, order) =
-            nereid_scheduler::start(&config.name, batching, instances, queue_tx, workers)?;
+            nereid_scheduler::start(&config.name, plan, instances, senders, workers)?;
         Ok(LoadedVersion {
             version,
             config,
@@ -107,7 +119,11 @@ impl LoadedVersion {
             failure,
             labels,
             cache: None,
-            runner: Runner::Instances { scheduler, order },
+            runner: Runner::Instances {
+                scheduler,
+                order,
+                sequence,
+            },
         })
     }
 
@@ -230,8 +246,12 @@ impl LoadedVersion {
         request: crate::ValidatedRequest,
         enqueued: Instant,
     ) -> Result<InferResponse, Error> {
-        let (scheduler, order) = match &self.runner {
-            Runner::Instances { scheduler, order } => (scheduler, order),
+        let (scheduler, order, sequence) = match &self.runner {
+            Runner::Instances {
+                scheduler,
+                order,
+                sequence,
+            } => (scheduler, order, sequence),
             Runner::Ensemble {
                 pipeline, composer, ..
             } => {
@@ -245,8 +265,15 @@ impl LoadedVersion {
         }
         let (reply, answer) = oneshot::channel();
         let ticket = order.as_ref().map(ResponseOrder::ticket);
-        let submitted = Job::new(request, reply, Arc::clone(&self.stats), ticket)
-            .and_then(|job| scheduler.submit(job));
+        let steps = sequence
+            .as_ref()
+            .map(|setup| setup.request_of(&request))
+            .transpose();
+        let submitted = steps.and_then(|step| {
+            let mut job = Job::new(request, reply, Arc::clone(&self.stats), ticket)?;
+            job.sequence = step;
+            scheduler.submit(job)
+        });
         if let Err(e) = submitted {
             let reason = match e.kind() {
                 ErrorKind::Unavailable => FailureReason::Rejected,

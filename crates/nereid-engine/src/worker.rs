@@ -25,6 +25,7 @@ use parking_lot::Mutex;
 
 use crate::batch::{gather, pick, scatter};
 use crate::job::Job;
+use crate::sequence::SequenceSetup;
 use crate::stats::{ComputeTimes, FailureReason, ModelStats};
 use crate::validate::ValidatedRequest;
 use crate::warmup::{self, WarmupSample};
@@ -44,6 +45,8 @@ pub struct WorkerContext {
     pub stats: Arc<ModelStats>,
     /// Why the version can serve no more, once an instance says so.
     pub failure: Arc<OnceLock<String>>,
+    /// Set for a model with `sequence_batching`.
+    pub sequence: Option<Arc<SequenceSetup>>,
 }
 
 /// One instance: `None` once it failed and could not be restarted.
@@ -146,16 +149,17 @@ impl Instances {
     }
 }
 
-/// Starts one worker thread per source; returns the instances once every
-/// one has loaded and run the `warmup` samples, or the first error (the
-/// started threads then exit). The samples are freed once every instance
-/// ran them.
+/// Starts one worker thread per source, each reading its queue in
+/// `queues` (the same one for all, or one each); returns the instances
+/// once every one has loaded and run the `warmup` samples, or the first
+/// error (the started threads then exit). The samples are freed once every
+/// instance ran them.
 pub fn start_workers(
     backend: &Arc<dyn Backend>,
     sources: Vec<ModelSource>,
     ctx: Arc<WorkerContext>,
     warmup: Vec<WarmupSample>,
-    batches: &Receiver<Dispatch<Job>>,
+    queues: Vec<Receiver<Dispatch<Job>>>,
 ) -> Result<Arc<Instances>, Error> {
     let warmup: Arc<[WarmupSample]> = warmup.into();
     let (loaded_tx, loaded_rx) = crossbeam_channel::bounded(sources.len());
@@ -170,7 +174,7 @@ pub fn start_workers(
             .collect(),
         mean_nanos: AtomicU64::new(u64::MAX),
     });
-    for index in 0..count {
+    for (index, batches) in queues.into_iter().enumerate().take(count) {
         let source = &instances.slots[index].1;
         let name = format!(
             "{}-{}-{}",
@@ -178,7 +182,6 @@ pub fn start_workers(
         );
         let instances = Arc::clone(&instances);
         let warmup = Arc::clone(&warmup);
-        let batches = batches.clone();
         let loaded_tx = loaded_tx.clone();
         thread::Builder::new()
             .name(name)
@@ -325,10 +328,26 @@ fn run_batch(
         return Outcome::Ran;
     }
     if let Some(request_wise) = instance.as_request_wise() {
+        if let Some(setup) = ctx.sequence.as_deref() {
+            for job in &mut jobs {
+                if let Some(step) = &job.sequence {
+                    setup.add_controls(&mut job.request.request, step);
+                }
+            }
+        }
         return run_requests(request_wise, ctx, jobs, permit);
     }
     let started = Instant::now();
-    let requests: Vec<&ValidatedRequest> = jobs.iter().map(|j| &j.request).collect();
+    // A sequence batch runs as rows, one per slot; otherwise each job is
+    // its own row.
+    let rows = ctx
+        .sequence
+        .as_deref()
+        .map(|setup| sequence_rows(setup, &jobs));
+    let requests: Vec<&ValidatedRequest> = match &rows {
+        Some((rows, _)) => rows.iter().collect(),
+        None => jobs.iter().map(|j| &j.request).collect(),
+    };
     let batch = gather(&requests, ctx.batching);
     let gathered = Instant::now();
     let mut outcome = Outcome::Ran;
@@ -341,7 +360,12 @@ fn run_batch(
     // this answer, finds the instance idle.
     drop(permit);
     let executed = Instant::now();
-    let outputs = result.and_then(|outputs| scatter(&requests, outputs));
+    let outputs = result
+        .and_then(|outputs| scatter(&requests, outputs))
+        .map(|per_row| match (&rows, ctx.sequence.as_deref()) {
+            (Some((_, job_rows)), Some(setup)) => job_outputs(setup, &jobs, job_rows, per_row),
+            _ => per_row,
+        });
     let times = ComputeTimes {
         input: gathered - started,
         infer: executed - gathered,
@@ -371,6 +395,64 @@ fn run_batch(
         }
     }
     outcome
+}
+
+/// The rows of a sequence batch: each job's step (controls and state
+/// added) at its slot's row, and an idle row (READY false) for each slot
+/// without a request; with the row of each job.
+fn sequence_rows(setup: &SequenceSetup, jobs: &[Job]) -> (Vec<ValidatedRequest>, Vec<usize>) {
+    let rows = jobs
+        .iter()
+        .filter_map(|j| j.sequence.as_ref()?.placement.as_ref())
+        .map(|p| p.rows.max(p.row + 1))
+        .max()
+        .unwrap_or(0);
+    let mut slots: Vec<Option<ValidatedRequest>> = vec![None; rows];
+    let mut job_rows = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let Some(step) = &job.sequence else {
+            // Never sent without a sequence; run it as a row of its own.
+            job_rows.push(slots.len());
+            slots.push(Some(job.request.clone()));
+            continue;
+        };
+        let row = step.placement.as_ref().map_or(slots.len(), |p| p.row);
+        if row >= slots.len() {
+            slots.resize(row + 1, None);
+        }
+        slots[row] = Some(setup.step_row(&job.request, step));
+        job_rows.push(row);
+    }
+    let like = &jobs[0].request;
+    let rows = slots
+        .into_iter()
+        .map(|slot| slot.unwrap_or_else(|| setup.idle_row(like)))
+        .collect();
+    (rows, job_rows)
+}
+
+/// Each job's outputs from the outputs per row, the state outputs kept for
+/// the sequence's next step.
+fn job_outputs(
+    setup: &SequenceSetup,
+    jobs: &[Job],
+    job_rows: &[usize],
+    per_row: Vec<Vec<Tensor>>,
+) -> Vec<Vec<Tensor>> {
+    let mut per_row: Vec<Option<Vec<Tensor>>> = per_row.into_iter().map(Some).collect();
+    jobs.iter()
+        .zip(job_rows)
+        .map(|(job, &row)| {
+            let outputs = per_row
+                .get_mut(row)
+                .and_then(Option::take)
+                .unwrap_or_default();
+            match &job.sequence {
+                Some(step) => setup.keep_state(step, outputs),
+                None => outputs,
+            }
+        })
+        .collect()
 }
 
 /// Runs a batch on a request-wise instance: each request gets its own

@@ -22,7 +22,7 @@ pub use ordering::{OrderTicket, ResponseOrder};
 pub use policy::{BatcherConfig, ConfigError, LevelPolicy, TimeoutAction};
 pub use queue::{QueueState, Step};
 pub use seam::{
-    BatchingScheduler, DirectScheduler, Inline, Scheduler, Started, plan, queue_full, start,
+    BatchingScheduler, DirectScheduler, Inline, Plan, Scheduler, Started, plan, queue_full, start,
     unloading,
 };
 pub use sequence::{

@@ -11,7 +11,10 @@ use nereid_core::Error;
 use nereid_core::model_config::ModelConfig;
 
 use crate::work_queue::{TrySendError, WorkSender};
-use crate::{BatcherConfig, BatcherHandle, Dispatch, Pending, ResponseOrder};
+use crate::{
+    BatcherConfig, BatcherHandle, DEFAULT_MAX_BACKLOG, Dispatch, Pending, ResponseOrder,
+    SequenceBatcher, SequenceConfig, SequenceStep,
+};
 
 /// Accepts requests for one model version and passes them to its
 /// instances.
@@ -99,33 +102,102 @@ impl<T: Pending> Scheduler<T> for BatchingScheduler<T> {
     }
 }
 
-/// What a config's scheduling block asks for, once checked: the batcher's
-/// settings, or none for the direct scheduler. A scheduler this crate does
-/// not implement is refused here, naming the field.
-pub fn plan(config: &ModelConfig) -> Result<Option<BatcherConfig>, Error> {
-    BatcherConfig::from_model_config(config).map_err(|e| Error::invalid_argument(e.to_string()))
+/// What a config's scheduling block asks for, once checked. A scheduler
+/// this crate does not implement is refused by [`plan`], naming the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// No scheduling block: one request per execution.
+    Direct,
+    /// `dynamic_batching`.
+    Dynamic(BatcherConfig),
+    /// `sequence_batching` with the direct strategy.
+    Sequence(SequenceConfig),
+}
+
+impl Plan {
+    /// Whether each instance reads a queue of its own (a sequence's slot
+    /// belongs to one instance) rather than all sharing one.
+    pub fn queue_per_instance(&self) -> bool {
+        matches!(self, Plan::Sequence(_))
+    }
+}
+
+/// The plan of `config`.
+pub fn plan(config: &ModelConfig) -> Result<Plan, Error> {
+    use nereid_core::model_config::model_config::SchedulingChoice;
+    use nereid_core::model_config::model_sequence_batching::StrategyChoice;
+    if let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice {
+        let unsupported = |field: &str| {
+            Error::invalid_argument(format!(
+                "model '{}': {field} is not supported yet",
+                config.name
+            ))
+        };
+        match &sb.strategy_choice {
+            Some(StrategyChoice::Oldest(_)) => {
+                return Err(unsupported("sequence_batching.oldest"));
+            }
+            Some(StrategyChoice::Direct(direct))
+                if direct.max_queue_delay_microseconds > 0
+                    || direct.minimum_slot_utilization > 0.0 =>
+            {
+                return Err(unsupported(
+                    "sequence_batching.direct with max_queue_delay_microseconds or minimum_slot_utilization",
+                ));
+            }
+            _ => {}
+        }
+        if sb.iterative_sequence {
+            return Err(unsupported("sequence_batching.iterative_sequence"));
+        }
+        let idle = match sb.max_sequence_idle_microseconds {
+            0 => std::time::Duration::from_secs(1),
+            us => std::time::Duration::from_micros(us),
+        };
+        return Ok(Plan::Sequence(SequenceConfig {
+            model: config.name.clone(),
+            slots_per_instance: usize::try_from(config.max_batch_size.max(1)).unwrap_or(1),
+            idle,
+            max_backlog: DEFAULT_MAX_BACKLOG,
+        }));
+    }
+    match BatcherConfig::from_model_config(config) {
+        Ok(Some(batcher)) => Ok(Plan::Dynamic(batcher)),
+        Ok(None) => Ok(Plan::Direct),
+        Err(e) => Err(Error::invalid_argument(e.to_string())),
+    }
 }
 
 /// A started scheduler, and the response order to keep when the config
 /// asks to `preserve_ordering`.
 pub type Started<T> = (Box<dyn Scheduler<T>>, Option<ResponseOrder>);
 
-/// Starts the scheduler `batching` (from [`plan`]) calls for, in front of
-/// `instances` instances that read `queue`.
-pub fn start<T: Pending>(
+/// Starts the scheduler `plan` calls for, in front of `instances`
+/// instances that read `queues`: one shared queue, or one per instance
+/// when [`Plan::queue_per_instance`].
+pub fn start<T: Pending + SequenceStep>(
     model: &str,
-    batching: Option<BatcherConfig>,
+    plan: Plan,
     instances: usize,
-    queue: WorkSender<Dispatch<T>>,
+    mut queues: Vec<WorkSender<Dispatch<T>>>,
     inline: Arc<dyn Inline<T>>,
 ) -> Result<Started<T>, Error> {
-    Ok(match batching {
-        Some(batcher) => {
+    if let Plan::Sequence(config) = plan {
+        let batcher = SequenceBatcher::start(config, queues)?;
+        return Ok((Box::new(batcher), None));
+    }
+    let Some(queue) = queues.pop() else {
+        return Err(Error::internal(format!(
+            "model '{model}' has no instance queue"
+        )));
+    };
+    Ok(match plan {
+        Plan::Dynamic(batcher) => {
             let order = batcher.preserve_ordering.then(ResponseOrder::default);
             let batcher = crate::spawn(batcher, instances, queue)?;
             (Box::new(BatchingScheduler { batcher }), order)
         }
-        None => (
+        Plan::Direct | Plan::Sequence(_) => (
             Box::new(DirectScheduler {
                 model: model.to_string(),
                 queue,
@@ -134,4 +206,10 @@ pub fn start<T: Pending>(
             None,
         ),
     })
+}
+
+impl<T: SequenceStep> Scheduler<T> for SequenceBatcher<T> {
+    fn submit(&self, item: T) -> Result<(), Error> {
+        SequenceBatcher::submit(self, item)
+    }
 }

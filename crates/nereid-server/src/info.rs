@@ -16,6 +16,7 @@ pub const EXTENSIONS: &[&str] = &[
     "statistics",
     "parameters",
     "classification",
+    "sequence",
     "system_shared_memory",
     "logging",
     "trace",

@@ -1,0 +1,308 @@
+"""Sequence batching (issue 22): Triton's sequence batcher, direct
+strategy, with control inputs and implicit state, over tritonclient HTTP
+and gRPC (streaming included).
+
+The model is an ONNX accumulator made here: each step adds INPUT to the
+sequence's state (`INPUT_STATE` -> `OUTPUT_STATE`, which the server keeps
+between steps and never sends), starting from zero at START; it echoes the
+END and CORRID control tensors so the test sees what the server fed it."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
+import numpy as np
+import onnx
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from onnx import TensorProto, helper
+from tritonclient.utils import InferenceServerException
+
+from conftest import start_server, stop_server
+
+CONFIG = """
+name: "{name}"
+platform: "onnxruntime_onnx"
+max_batch_size: {max_batch}
+input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [
+  {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "END_OUT" data_type: TYPE_INT32 dims: [ 1 ] }},
+  {{ name: "CORRID_OUT" data_type: {corrid_type} dims: [ 1 ] }}
+]
+sequence_batching {{
+  max_sequence_idle_microseconds: {idle_us}
+  direct {{ }}
+  control_input [
+    {{ name: "START" control [ {{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "END" control [ {{ kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "READY" control [ {{ kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "CORRID" control [ {{ kind: CONTROL_SEQUENCE_CORRID data_type: {corrid_type} }} ] }}
+  ]
+  state [
+    {{
+      input_name: "INPUT_STATE"
+      output_name: "OUTPUT_STATE"
+      data_type: TYPE_INT32
+      dims: [ 1 ]
+      initial_state: {{ data_type: TYPE_INT32 dims: [ 1 ] zero_data: true name: "zero" }}
+    }}
+  ]
+}}
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+"""
+
+
+def accumulator(corrid=TensorProto.UINT64) -> onnx.ModelProto:
+    """OUTPUT = OUTPUT_STATE = (INPUT_STATE * (1 - START) + INPUT) * READY;
+    END_OUT = END; CORRID_OUT = CORRID (of type `corrid`). Every tensor is
+    [batch, 1]."""
+
+    def io(name, dtype):
+        return helper.make_tensor_value_info(name, dtype, ["batch", 1])
+
+    one = helper.make_tensor("one", TensorProto.INT32, [], [1])
+    nodes = [
+        helper.make_node("Sub", ["one", "START"], ["keep"]),
+        helper.make_node("Mul", ["INPUT_STATE", "keep"], ["kept"]),
+        helper.make_node("Add", ["kept", "INPUT"], ["sum"]),
+        helper.make_node("Mul", ["sum", "READY"], ["acc"]),
+        helper.make_node("Identity", ["acc"], ["OUTPUT"]),
+        helper.make_node("Identity", ["acc"], ["OUTPUT_STATE"]),
+        helper.make_node("Identity", ["END"], ["END_OUT"]),
+        helper.make_node("Identity", ["CORRID"], ["CORRID_OUT"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "accumulator",
+        [io("INPUT", TensorProto.INT32), io("START", TensorProto.INT32),
+         io("END", TensorProto.INT32), io("READY", TensorProto.INT32),
+         io("CORRID", corrid), io("INPUT_STATE", TensorProto.INT32)],
+        [io("OUTPUT", TensorProto.INT32), io("OUTPUT_STATE", TensorProto.INT32),
+         io("END_OUT", TensorProto.INT32), io("CORRID_OUT", corrid)],
+        initializer=[one],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+MODELS = {
+    # name: (max_batch_size, instances, idle µs, CORRID type)
+    "acc": (8, 1, 5_000_000, "TYPE_UINT64"),
+    "acc_two": (4, 2, 5_000_000, "TYPE_UINT64"),
+    "acc_one_slot": (1, 1, 200_000, "TYPE_UINT64"),
+    "acc_string": (4, 1, 5_000_000, "TYPE_STRING"),
+}
+
+
+def write_models(repo):
+    """The accumulator under every name of MODELS, with its config."""
+    for name, (max_batch, instances, idle_us, corrid_type) in MODELS.items():
+        (repo / name / "1").mkdir(parents=True)
+        corrid = TensorProto.STRING if corrid_type == "TYPE_STRING" else TensorProto.UINT64
+        onnx.save(accumulator(corrid), repo / name / "1" / "model.onnx")
+        (repo / name / "config.pbtxt").write_text(CONFIG.format(
+            name=name, max_batch=max_batch, instances=instances, idle_us=idle_us,
+            corrid_type=corrid_type))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sequence")
+    repo = tmp / "models"
+    write_models(repo)
+    server = start_server(tmp, [repo])
+    yield server
+    assert stop_server(server) == 0, server.log()
+
+
+def http_step(url, model, value, sequence_id, start=False, end=False):
+    client = httpclient.InferenceServerClient(url)
+    try:
+        x = httpclient.InferInput("INPUT", [1, 1], "INT32")
+        x.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+        result = client.infer(model, [x], sequence_id=sequence_id, sequence_start=start,
+                              sequence_end=end)
+        corrid = result.as_numpy("CORRID_OUT")[0, 0]
+        corrid = corrid.decode() if isinstance(corrid, bytes) else int(corrid)
+        return (int(result.as_numpy("OUTPUT")[0, 0]), int(result.as_numpy("END_OUT")[0, 0]),
+                corrid, result.get_output("OUTPUT_STATE"))
+    finally:
+        client.close()
+
+
+def run_sequence(url, model, sequence_id, values):
+    """Sends `values` as one sequence, one step at a time; the outputs."""
+    answers = []
+    for i, value in enumerate(values):
+        answers.append(http_step(url, model, value, sequence_id, start=i == 0,
+                                 end=i == len(values) - 1))
+    return answers
+
+
+def check(answers, sequence_id, values):
+    sums = np.cumsum(values).tolist()
+    assert [a[0] for a in answers] == sums
+    assert [a[1] for a in answers] == [0] * (len(values) - 1) + [1]
+    assert {a[2] for a in answers} == {sequence_id}
+    assert all(a[3] is None for a in answers), "the state output is never sent"
+
+
+@pytest.mark.parametrize("model", ["acc", "acc_two", "acc_one_slot"])
+def test_interleaved_sequences_accumulate_their_own_state(server, model):
+    # More sequences than slots on every model: some wait in the backlog.
+    ids = list(range(101, 121))
+    values = {i: [(i * 7 + k) % 11 for k in range(6)] for i in ids}
+    with ThreadPoolExecutor(len(ids)) as pool:
+        results = dict(zip(ids, pool.map(
+            lambda i: run_sequence(server.http_url, model, i, values[i]), ids)))
+    for i in ids:
+        check(results[i], i, values[i])
+    stats = requests.get(f"http://{server.http_url}/v2/models/{model}/stats", timeout=10).json()
+    inference = stats["model_stats"][0]["inference_stats"]
+    assert int(inference["success"]["count"]) >= len(ids) * 6
+
+
+def test_sequences_are_batched_one_step_each(server):
+    # Eight sequences at once on one instance with eight slots: executions
+    # hold several sequences' steps.
+    ids = list(range(201, 209))
+    before = requests.get(f"http://{server.http_url}/v2/models/acc/stats", timeout=10).json()
+    with ThreadPoolExecutor(len(ids)) as pool:
+        list(pool.map(lambda i: run_sequence(server.http_url, "acc", i, [1] * 10), ids))
+    after = requests.get(f"http://{server.http_url}/v2/models/acc/stats", timeout=10).json()
+    executions = (int(after["model_stats"][0]["execution_count"])
+                  - int(before["model_stats"][0]["execution_count"]))
+    assert executions < len(ids) * 10, executions
+
+
+def test_a_start_on_a_live_sequence_starts_it_again(server):
+    assert http_step(server.http_url, "acc", 5, 300, start=True)[0] == 5
+    assert http_step(server.http_url, "acc", 2, 300)[0] == 7
+    assert http_step(server.http_url, "acc", 4, 300, start=True)[0] == 4
+    assert http_step(server.http_url, "acc", 1, 300, end=True)[0] == 5
+
+
+def error_of(call) -> str:
+    with pytest.raises(InferenceServerException) as raised:
+        call()
+    return raised.value.message()
+
+
+def test_tritons_errors(server):
+    url = server.http_url
+    assert error_of(lambda: http_step(url, "acc", 1, 999_999)) == (
+        "inference request for sequence 999999 to model 'acc' must specify the START flag on "
+        "the first request of the sequence")
+    assert error_of(lambda: http_step(url, "acc", 1, 0, start=True)) == (
+        "inference request to model 'acc' must specify a non-zero or non-empty correlation ID")
+    client = httpclient.InferenceServerClient(url)
+    x = httpclient.InferInput("INPUT", [2, 1], "INT32")
+    x.set_data_from_numpy(np.array([[1], [2]], dtype=np.int32))
+    assert error_of(lambda: client.infer("acc", [x], sequence_id=5, sequence_start=True)) == (
+        "inference request to model 'acc' must specify batch-size 1 due to requirements of "
+        "sequence batcher")
+    # CORRID is UINT64 here: a string ID cannot be fed to it. (Triton 2.51
+    # accepts it and feeds the model the string's length-prefixed bytes
+    # read as a number; Nereid says why it cannot.)
+    assert "CORRID" in error_of(lambda: http_step(url, "acc", 1, "abc", start=True))
+    # After its END a sequence is unknown again.
+    run_sequence(url, "acc", 301, [1, 2])
+    assert "must specify the START flag" in error_of(lambda: http_step(url, "acc", 1, 301))
+
+
+def test_an_idle_sequence_is_released(server):
+    url = server.http_url
+    assert http_step(url, "acc_one_slot", 3, 400, start=True)[0] == 3
+    # Idle beyond max_sequence_idle_microseconds (0.2 s): the slot goes.
+    time.sleep(1.0)
+    assert "must specify the START flag" in error_of(lambda: http_step(url, "acc_one_slot", 1, 400))
+    # The only slot is free for another sequence.
+    check(run_sequence(url, "acc_one_slot", 401, [1, 2, 3]), 401, [1, 2, 3])
+
+
+def test_grpc_streams_keep_each_sequences_order(server):
+    answers: queue.Queue = queue.Queue()
+
+    def callback(result, error):
+        answers.put((result, error))
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=partial(callback))
+    ids = [501, 502, 503]
+    steps = 8
+    try:
+        for k in range(steps):
+            for i in ids:
+                x = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+                x.set_data_from_numpy(np.array([[i % 10 + k]], dtype=np.int32))
+                client.async_stream_infer("acc", [x], request_id=f"{i}-{k}", sequence_id=i,
+                                          sequence_start=k == 0, sequence_end=k == steps - 1)
+        got: dict[int, list[int]] = {i: [] for i in ids}
+        for _ in range(steps * len(ids)):
+            result, error = answers.get(timeout=30)
+            assert error is None, error
+            sequence = int(result.get_response().id.split("-")[0])
+            got[sequence].append(int(result.as_numpy("OUTPUT")[0, 0]))
+    finally:
+        client.stop_stream()
+        client.close()
+    for i in ids:
+        assert got[i] == np.cumsum([i % 10 + k for k in range(steps)]).tolist()
+
+
+def test_string_ids_reach_a_string_corrid(server):
+    values = [3, 1, 4, 1, 5]
+    check(run_sequence(server.http_url, "acc_string", "sequence-a", values), "sequence-a", values)
+    # Over gRPC (string_param), interleaved with a second one.
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        sums = {"g-1": 0, "g-2": 0}
+        for k in range(4):
+            for sid in sums:
+                x = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+                x.set_data_from_numpy(np.array([[k + 1]], dtype=np.int32))
+                result = client.infer("acc_string", [x], sequence_id=sid, sequence_start=k == 0,
+                                      sequence_end=k == 3)
+                sums[sid] += k + 1
+                assert int(result.as_numpy("OUTPUT")[0, 0]) == sums[sid]
+                assert result.as_numpy("CORRID_OUT")[0, 0].decode() == sid
+        # A numeric CORRID refuses a string ID over gRPC too.
+        x = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+        x.set_data_from_numpy(np.array([[1]], dtype=np.int32))
+        with pytest.raises(InferenceServerException) as raised:
+            client.infer("acc", [x], sequence_id="text-id", sequence_start=True)
+        assert "CORRID" in raised.value.message()
+    finally:
+        client.close()
+
+
+def test_server_metadata_lists_the_sequence_extension(server):
+    meta = requests.get(f"http://{server.http_url}/v2", timeout=10).json()
+    assert "sequence" in meta["extensions"]
+
+
+def test_several_clients_on_one_sequence_model_at_once(server):
+    # Many short sequences from many threads through both protocols.
+    failures = []
+
+    def worker(n):
+        try:
+            sid = 1000 + n
+            check(run_sequence(server.http_url, "acc_two", sid, [n, 1, 1]), sid, [n, 1, 1])
+        except Exception as e:  # noqa: BLE001 (reported below)
+            failures.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[:3]
