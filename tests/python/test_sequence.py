@@ -10,6 +10,7 @@ END and CORRID control tensors so the test sees what the server fed it."""
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -113,12 +114,65 @@ def write_models(repo):
             corrid_type=corrid_type))
 
 
+PYTHON_CONFIG = """
+name: "pyacc"
+backend: "python"
+max_batch_size: 4
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] },
+         { name: "FLAGS" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+}
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+# A Python model keeping its own sums by correlation_id(), as a Triton
+# user writes one; START and READY arrive as inputs, flags() as Triton's.
+PYTHON_MODEL = """
+import os, sys
+for _p in reversed(os.environ.get("PYTHONPATH", "").split(os.pathsep)):
+    if _p and _p not in sys.path:
+        sys.path.insert(0, _p)
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = int(pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy().flatten()[0])
+            start = pb_utils.get_input_tensor_by_name(request, "START").as_numpy()
+            ready = pb_utils.get_input_tensor_by_name(request, "READY").as_numpy()
+            assert start.shape == (1, 1) and ready.flatten()[0] == 1
+            key = request.correlation_id()
+            if start.flatten()[0] == 1:
+                self.sums[key] = 0
+            self.sums[key] = self.sums.get(key, 0) + x
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUTPUT", np.array([[self.sums[key]]], dtype=np.int32)),
+                pb_utils.Tensor("FLAGS", np.array([[request.flags()]], dtype=np.int32)),
+            ]))
+        return responses
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sequence")
     repo = tmp / "models"
     write_models(repo)
-    server = start_server(tmp, [repo])
+    (repo / "pyacc" / "1").mkdir(parents=True)
+    (repo / "pyacc" / "config.pbtxt").write_text(PYTHON_CONFIG)
+    (repo / "pyacc" / "1" / "model.py").write_text(PYTHON_MODEL)
+    server = start_server(tmp, [repo], [f"--backend-config=python,python-path={sys.executable}"])
     yield server
     assert stop_server(server) == 0, server.log()
 
@@ -306,3 +360,23 @@ def test_several_clients_on_one_sequence_model_at_once(server):
     for t in threads:
         t.join()
     assert not failures, failures[:3]
+
+
+def test_a_python_model_sees_the_controls_correlation_id_and_flags(server):
+    # Checked against real Triton 2.51's Python backend: the same sums and
+    # flags (1: START, 2: END), START and READY as [1, 1] INT32 inputs.
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        for sid in (7, "seven"):
+            sums, flags = [], []
+            for i, v in enumerate([1, 2, 3]):
+                x = httpclient.InferInput("INPUT", [1, 1], "INT32")
+                x.set_data_from_numpy(np.array([[v]], dtype=np.int32))
+                r = client.infer("pyacc", [x], sequence_id=sid, sequence_start=i == 0,
+                                 sequence_end=i == 2)
+                sums.append(int(r.as_numpy("OUTPUT")[0, 0]))
+                flags.append(int(r.as_numpy("FLAGS")[0, 0]))
+            assert sums == [1, 3, 6]
+            assert flags == [1, 0, 2]
+    finally:
+        client.close()
