@@ -39,7 +39,7 @@ output [
 ]
 sequence_batching {{
   max_sequence_idle_microseconds: {idle_us}
-  direct {{ }}
+  {strategy}
   control_input [
     {{ name: "START" control [ {{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] }} ] }},
     {{ name: "END" control [ {{ kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] }} ] }},
@@ -94,24 +94,28 @@ def accumulator(corrid=TensorProto.UINT64) -> onnx.ModelProto:
     return model
 
 
+DIRECT = "direct { }"
+OLDEST = ("oldest { max_candidate_sequences: 6 preferred_batch_size: [ 2, 4 ] "
+          "max_queue_delay_microseconds: 2000 }")
 MODELS = {
-    # name: (max_batch_size, instances, idle µs, CORRID type)
-    "acc": (8, 1, 5_000_000, "TYPE_UINT64"),
-    "acc_two": (4, 2, 5_000_000, "TYPE_UINT64"),
-    "acc_one_slot": (1, 1, 200_000, "TYPE_UINT64"),
-    "acc_string": (4, 1, 5_000_000, "TYPE_STRING"),
+    # name: (max_batch_size, instances, idle µs, CORRID type, strategy)
+    "acc": (8, 1, 5_000_000, "TYPE_UINT64", DIRECT),
+    "acc_two": (4, 2, 5_000_000, "TYPE_UINT64", DIRECT),
+    "acc_one_slot": (1, 1, 200_000, "TYPE_UINT64", DIRECT),
+    "acc_string": (4, 1, 5_000_000, "TYPE_STRING", DIRECT),
+    "acc_oldest": (4, 2, 5_000_000, "TYPE_UINT64", OLDEST),
 }
 
 
 def write_models(repo):
     """The accumulator under every name of MODELS, with its config."""
-    for name, (max_batch, instances, idle_us, corrid_type) in MODELS.items():
+    for name, (max_batch, instances, idle_us, corrid_type, strategy) in MODELS.items():
         (repo / name / "1").mkdir(parents=True)
         corrid = TensorProto.STRING if corrid_type == "TYPE_STRING" else TensorProto.UINT64
         onnx.save(accumulator(corrid), repo / name / "1" / "model.onnx")
         (repo / name / "config.pbtxt").write_text(CONFIG.format(
             name=name, max_batch=max_batch, instances=instances, idle_us=idle_us,
-            corrid_type=corrid_type))
+            corrid_type=corrid_type, strategy=strategy))
 
 
 PYTHON_CONFIG = """
@@ -209,7 +213,7 @@ def check(answers, sequence_id, values):
     assert all(a[3] is None for a in answers), "the state output is never sent"
 
 
-@pytest.mark.parametrize("model", ["acc", "acc_two", "acc_one_slot"])
+@pytest.mark.parametrize("model", ["acc", "acc_two", "acc_one_slot", "acc_oldest"])
 def test_interleaved_sequences_accumulate_their_own_state(server, model):
     # More sequences than slots on every model: some wait in the backlog.
     ids = list(range(101, 121))

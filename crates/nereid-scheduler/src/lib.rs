@@ -27,7 +27,7 @@ pub use seam::{
 };
 pub use sequence::{
     CorrelationId, DEFAULT_MAX_BACKLOG, Placement, SequenceBatcher, SequenceConfig, SequenceState,
-    SequenceStep,
+    SequenceStep, Strategy,
 };
 
 use std::time::Duration;

@@ -13,7 +13,7 @@ use nereid_core::model_config::ModelConfig;
 use crate::work_queue::{TrySendError, WorkSender};
 use crate::{
     BatcherConfig, BatcherHandle, DEFAULT_MAX_BACKLOG, Dispatch, Pending, ResponseOrder,
-    SequenceBatcher, SequenceConfig, SequenceStep,
+    SequenceBatcher, SequenceConfig, SequenceStep, Strategy,
 };
 
 /// Accepts requests for one model version and passes them to its
@@ -133,9 +133,32 @@ pub fn plan(config: &ModelConfig) -> Result<Plan, Error> {
                 config.name
             ))
         };
-        match &sb.strategy_choice {
-            Some(StrategyChoice::Oldest(_)) => {
-                return Err(unsupported("sequence_batching.oldest"));
+        let max_batch_size = usize::try_from(config.max_batch_size.max(1)).unwrap_or(1);
+        let (strategy, slots) = match &sb.strategy_choice {
+            Some(StrategyChoice::Oldest(oldest)) => {
+                if oldest.preserve_ordering {
+                    return Err(unsupported("sequence_batching.oldest.preserve_ordering"));
+                }
+                let mut preferred: Vec<usize> = oldest
+                    .preferred_batch_size
+                    .iter()
+                    .filter_map(|&p| usize::try_from(p).ok())
+                    .filter(|&p| p >= 1)
+                    .collect();
+                preferred.sort_unstable();
+                preferred.dedup();
+                let candidates = usize::try_from(oldest.max_candidate_sequences)
+                    .ok()
+                    .filter(|&c| c > 0)
+                    .unwrap_or(max_batch_size);
+                let strategy = Strategy::Oldest {
+                    max_batch_size,
+                    preferred,
+                    max_queue_delay: std::time::Duration::from_micros(
+                        oldest.max_queue_delay_microseconds,
+                    ),
+                };
+                (strategy, candidates)
             }
             Some(StrategyChoice::Direct(direct))
                 if direct.max_queue_delay_microseconds > 0
@@ -145,8 +168,8 @@ pub fn plan(config: &ModelConfig) -> Result<Plan, Error> {
                     "sequence_batching.direct with max_queue_delay_microseconds or minimum_slot_utilization",
                 ));
             }
-            _ => {}
-        }
+            _ => (Strategy::Direct, max_batch_size),
+        };
         if sb.iterative_sequence {
             return Err(unsupported("sequence_batching.iterative_sequence"));
         }
@@ -156,7 +179,8 @@ pub fn plan(config: &ModelConfig) -> Result<Plan, Error> {
         };
         return Ok(Plan::Sequence(SequenceConfig {
             model: config.name.clone(),
-            slots_per_instance: usize::try_from(config.max_batch_size.max(1)).unwrap_or(1),
+            strategy,
+            slots_per_instance: slots,
             idle,
             max_backlog: DEFAULT_MAX_BACKLOG,
         }));

@@ -1,11 +1,18 @@
-//! Triton's sequence batcher, direct strategy. Every instance has
-//! `max_batch_size` sequence slots (one for a model without batching). A
-//! sequence takes a free slot with its START request and keeps it until its
-//! END request has been sent to the instance, or until it has been idle for
+//! Triton's sequence batcher. Every instance has sequence slots:
+//! `max_batch_size` of them with the direct strategy (one for a model
+//! without batching), `max_candidate_sequences` with the oldest. A sequence
+//! takes a free slot with its START request and keeps it until its END
+//! request has been sent to the instance, or until it has been idle for
 //! `max_sequence_idle_microseconds`; sequences that find every slot taken
 //! wait in a bounded backlog and take slots as they free. An idle instance
-//! gets one batch holding the next request of each of its slots that has
-//! one: at most one request per sequence per execution, in order.
+//! gets one batch holding at most one request per sequence, so a sequence's
+//! requests run one after another, in order:
+//! - direct: the next request of each of its slots that has one, each at
+//!   its slot's row;
+//! - oldest: the next requests of its candidate sequences, oldest first, up
+//!   to `max_batch_size`, as the dynamic batcher forms batches: at once when
+//!   they reach a preferred size, else when the oldest has waited
+//!   `max_queue_delay_microseconds` (at once when that is 0).
 //!
 //! Where a request runs is told to it ([`Placement`]): its slot's row in the
 //! batch, the rows the batch has (rows of slots without a request are the
@@ -68,10 +75,23 @@ pub trait SequenceStep: Send + 'static {
     fn reject(self, error: Error);
 }
 
+/// How an instance's batch is formed from its slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Strategy {
+    Direct,
+    Oldest {
+        max_batch_size: usize,
+        /// Ascending.
+        preferred: Vec<usize>,
+        max_queue_delay: Duration,
+    },
+}
+
 /// What the sequence batcher needs to know about one model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SequenceConfig {
     pub model: String,
+    pub strategy: Strategy,
     pub slots_per_instance: usize,
     /// How long a sequence may go without a request before its slot is
     /// taken back.
@@ -92,7 +112,8 @@ struct Live {
 
 struct Slot<T> {
     sequence: Option<Live>,
-    pending: VecDeque<T>,
+    /// Requests with when they arrived.
+    pending: VecDeque<(T, Instant)>,
 }
 
 impl<T> Slot<T> {
@@ -109,7 +130,7 @@ struct Instance<T> {
 /// A sequence that waits for a slot.
 struct Waiting<T> {
     id: CorrelationId,
-    items: VecDeque<T>,
+    items: VecDeque<(T, Instant)>,
     /// Its END request has arrived: it takes a slot only to run what it has.
     ended: bool,
     last_seen: Instant,
@@ -134,11 +155,36 @@ struct Shared<T> {
     config: SequenceConfig,
     state: Mutex<State<T>>,
     queues: Vec<WorkSender<Dispatch<T>>>,
+    ticker: Arc<Ticker>,
+}
+
+/// Wakes the reaper thread early: when a batch must go at a time (the
+/// oldest strategy's queue delay), and when the batcher is dropped.
+#[derive(Default)]
+struct Ticker {
+    due: Mutex<Option<Instant>>,
+    wake: parking_lot::Condvar,
+}
+
+impl Ticker {
+    fn at(&self, when: Instant) {
+        let mut due = self.due.lock();
+        if due.is_none_or(|d| when < d) {
+            *due = Some(when);
+            self.wake.notify_one();
+        }
+    }
 }
 
 /// The sending side of a model's sequence batcher.
 pub struct SequenceBatcher<T> {
     shared: Arc<Shared<T>>,
+}
+
+impl<T> Drop for SequenceBatcher<T> {
+    fn drop(&mut self) {
+        self.shared.ticker.wake.notify_all();
+    }
 }
 
 impl<T> std::fmt::Debug for SequenceBatcher<T> {
@@ -172,6 +218,7 @@ impl<T: SequenceStep> SequenceBatcher<T> {
                     .collect(),
             })
             .collect();
+        let ticker = Arc::new(Ticker::default());
         let shared = Arc::new(Shared {
             config,
             state: Mutex::new(State {
@@ -181,8 +228,9 @@ impl<T: SequenceStep> SequenceBatcher<T> {
                 reaped: 0,
             }),
             queues,
+            ticker: Arc::clone(&ticker),
         });
-        start_reaper(Arc::downgrade(&shared))?;
+        start_reaper(Arc::downgrade(&shared), ticker)?;
         Ok(SequenceBatcher { shared })
     }
 
@@ -218,18 +266,18 @@ impl<T: SequenceStep> Shared<T> {
                 if let Some(live) = &mut target.sequence {
                     live.last_seen = now;
                 }
-                target.pending.push_back(item);
+                target.pending.push_back((item, now));
                 if end {
                     state.live.remove(&id);
                 }
-                this.next_batch(&mut state, instance)
+                this.next_batch(&mut state, instance, now)
             }
             Some(Where::Backlog) => {
                 if start {
                     tracing::warn!(model = %model, sequence = %id, "a sequence started again before it ended; the previous one ends early");
                 }
                 if let Some(waiting) = state.backlog.iter_mut().find(|w| w.id == id && !w.ended) {
-                    waiting.items.push_back(item);
+                    waiting.items.push_back((item, now));
                     waiting.last_seen = now;
                     waiting.ended = end;
                 }
@@ -253,11 +301,11 @@ impl<T: SequenceStep> Shared<T> {
                         state: SequenceState::default(),
                         last_seen: now,
                     });
-                    target.pending.push_back(item);
+                    target.pending.push_back((item, now));
                     if !end {
                         state.live.insert(id, Where::Slot { instance, slot });
                     }
-                    this.next_batch(&mut state, instance)
+                    this.next_batch(&mut state, instance, now)
                 }
                 None if state.backlog.len() >= this.config.max_backlog => {
                     drop(state);
@@ -270,7 +318,7 @@ impl<T: SequenceStep> Shared<T> {
                 None => {
                     state.backlog.push_back(Waiting {
                         id: id.clone(),
-                        items: VecDeque::from([item]),
+                        items: VecDeque::from([(item, now)]),
                         ended: end,
                         last_seen: now,
                     });
@@ -286,25 +334,85 @@ impl<T: SequenceStep> Shared<T> {
         Ok(())
     }
 
-    /// The next batch of `instance` when it is idle and a slot has a
-    /// request; marks it busy. Slots freed by an END request go to the
+    /// The next batch of `instance` when it is idle and its strategy says
+    /// one goes now; marks it busy. Slots freed by an END request go to the
     /// backlog's oldest sequences.
-    fn next_batch(self: &Arc<Self>, state: &mut State<T>, instance: usize) -> Option<Outgoing<T>> {
+    fn next_batch(
+        self: &Arc<Self>,
+        state: &mut State<T>,
+        instance: usize,
+        now: Instant,
+    ) -> Option<Outgoing<T>> {
         if state.instances[instance].busy {
             return None;
         }
-        let rows = rows_of(&state.instances[instance]);
-        let mut items = Vec::new();
+        // (slot, row) of each request that goes.
+        let picked: Vec<(usize, usize)> = match &self.config.strategy {
+            Strategy::Direct => state.instances[instance]
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.sequence.is_some() && !s.pending.is_empty())
+                .map(|(i, _)| (i, i))
+                .collect(),
+            Strategy::Oldest {
+                max_batch_size,
+                preferred,
+                max_queue_delay,
+            } => {
+                let mut ready: Vec<(Instant, usize)> = state.instances[instance]
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.sequence.is_some())
+                    .filter_map(|(i, s)| s.pending.front().map(|(_, at)| (*at, i)))
+                    .collect();
+                ready.sort_unstable();
+                let oldest = ready.first()?.0;
+                let waited = now.saturating_duration_since(oldest);
+                // When every sequence of the instance has a request here,
+                // waiting cannot make the batch bigger.
+                let live = state.instances[instance]
+                    .slots
+                    .iter()
+                    .filter(|s| s.sequence.is_some())
+                    .count();
+                let take = if ready.len() >= (*max_batch_size).min(live)
+                    || max_queue_delay.is_zero()
+                    || waited >= *max_queue_delay
+                {
+                    ready.len().min(*max_batch_size)
+                } else if let Some(&size) = preferred.iter().rev().find(|&&p| p <= ready.len()) {
+                    size
+                } else {
+                    self.ticker.at(oldest + *max_queue_delay);
+                    return None;
+                };
+                ready
+                    .into_iter()
+                    .take(take)
+                    .enumerate()
+                    .map(|(row, (_, slot))| (slot, row))
+                    .collect()
+            }
+        };
+        if picked.is_empty() {
+            return None;
+        }
+        let rows = match self.config.strategy {
+            Strategy::Direct => rows_of(&state.instances[instance]),
+            Strategy::Oldest { .. } => picked.len(),
+        };
+        let mut items = Vec::with_capacity(picked.len());
         let mut freed = Vec::new();
-        for (index, slot) in state.instances[instance].slots.iter_mut().enumerate() {
-            let Some(live) = &slot.sequence else {
-                continue;
-            };
-            let Some(mut item) = slot.pending.pop_front() else {
+        for (index, row) in picked {
+            let slot = &mut state.instances[instance].slots[index];
+            let (Some(live), Some((mut item, _))) = (&slot.sequence, slot.pending.pop_front())
+            else {
                 continue;
             };
             item.place(Placement {
-                row: index,
+                row,
                 rows,
                 state: Arc::clone(&live.state),
             });
@@ -370,7 +478,7 @@ impl<T: SequenceStep> Shared<T> {
     fn finished(this: &Arc<Self>, instance: usize) {
         let mut state = this.state.lock();
         state.instances[instance].busy = false;
-        let out = this.next_batch(&mut state, instance);
+        let out = this.next_batch(&mut state, instance, Instant::now());
         drop(state);
         this.send(out);
     }
@@ -394,7 +502,6 @@ impl<T: SequenceStep> Shared<T> {
                 }
             }
         }
-        let mut out = Vec::new();
         for (instance, slot, id) in released {
             tracing::warn!(model = %this.config.model, sequence = %id, idle_ms = idle.as_millis() as u64, "a sequence was idle longer than max_sequence_idle_microseconds; its slot is released and a later request for it needs START");
             if state.live.get(&id) == Some(&Where::Slot { instance, slot }) {
@@ -402,13 +509,10 @@ impl<T: SequenceStep> Shared<T> {
             }
             state.reaped += 1;
             this.fill(&mut state, instance, slot);
-            out.push(instance);
         }
-        out.sort_unstable();
-        out.dedup();
-        let batches: Vec<_> = out
-            .into_iter()
-            .filter_map(|instance| this.next_batch(&mut state, instance))
+        // Every idle instance looks again: a queue delay may have passed.
+        let batches: Vec<_> = (0..state.instances.len())
+            .filter_map(|instance| this.next_batch(&mut state, instance, now))
             .collect();
         drop(state);
         for batch in batches {
@@ -441,8 +545,12 @@ fn rows_of<T>(instance: &Instance<T>) -> usize {
         .map_or(0, |i| i + 1)
 }
 
-/// Reaps idle sequences now and then until the batcher is gone.
-fn start_reaper<T: SequenceStep>(shared: Weak<Shared<T>>) -> Result<(), Error> {
+/// Reaps idle sequences now and then, and sends batches whose queue delay
+/// passed, until the batcher is gone.
+fn start_reaper<T: SequenceStep>(
+    shared: Weak<Shared<T>>,
+    ticker: Arc<Ticker>,
+) -> Result<(), Error> {
     let period = shared
         .upgrade()
         .map(|s| (s.config.idle / 4).clamp(Duration::from_millis(5), Duration::from_secs(1)))
@@ -451,7 +559,15 @@ fn start_reaper<T: SequenceStep>(shared: Weak<Shared<T>>) -> Result<(), Error> {
         .name("nereid-seq-reaper".into())
         .spawn(move || {
             loop {
-                std::thread::sleep(period);
+                {
+                    let mut due = ticker.due.lock();
+                    let until =
+                        due.map_or(Instant::now() + period, |d| d.min(Instant::now() + period));
+                    if Instant::now() < until {
+                        ticker.wake.wait_until(&mut due, until);
+                    }
+                    *due = None;
+                }
                 let Some(shared) = shared.upgrade() else {
                     return;
                 };

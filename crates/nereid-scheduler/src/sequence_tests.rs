@@ -44,9 +44,28 @@ struct Rig {
 }
 
 fn rig(instances: usize, slots: usize, idle: Duration, max_backlog: usize) -> Rig {
+    rig_with(Strategy::Direct, instances, slots, idle, max_backlog)
+}
+
+fn oldest(max_batch_size: usize, preferred: &[usize], delay_ms: u64) -> Strategy {
+    Strategy::Oldest {
+        max_batch_size,
+        preferred: preferred.to_vec(),
+        max_queue_delay: Duration::from_millis(delay_ms),
+    }
+}
+
+fn rig_with(
+    strategy: Strategy,
+    instances: usize,
+    slots: usize,
+    idle: Duration,
+    max_backlog: usize,
+) -> Rig {
     let (senders, queues): (Vec<_>, Vec<_>) = (0..instances).map(|_| unbounded()).unzip();
     let config = SequenceConfig {
         model: "acc".into(),
+        strategy,
         slots_per_instance: slots,
         idle,
         max_backlog,
@@ -213,4 +232,46 @@ fn every_request_of_a_sequence_sees_the_same_state() {
     let d = r.queues[0].recv_timeout(Duration::from_secs(5)).unwrap();
     let again = &d.items[0].placed.as_ref().unwrap().state;
     assert!(Arc::ptr_eq(&state, again));
+}
+
+#[test]
+fn oldest_batches_a_preferred_size_oldest_first() {
+    let r = rig_with(oldest(4, &[2], 60_000), 1, 4, LONG, 8);
+    // One sequence running keeps the instance busy while three start.
+    r.send(1, 1, true, false);
+    let (first, permit) = r.batch(0);
+    assert_eq!(first, [(1, 0, 1)]);
+    r.send(3, 30, true, false);
+    r.send(2, 20, true, false);
+    drop(permit);
+    // Two of three live sequences have a request: the preferred size 2
+    // goes at once, oldest first, rows in that order.
+    assert_eq!(r.batch(0).0, [(30, 0, 2), (20, 1, 2)]);
+}
+
+#[test]
+fn oldest_holds_a_batch_below_every_preferred_size_for_the_delay() {
+    let r = rig_with(oldest(8, &[4], 200), 1, 8, LONG, 8);
+    r.send(1, 1, true, false);
+    let (_, permit) = r.batch(0);
+    r.send(2, 2, true, false);
+    drop(permit);
+    // Sequence 2 has a request, sequence 1 none: one of two live, below
+    // the preferred 4, so it waits for the delay, then goes.
+    r.nothing(0);
+    let started = Instant::now();
+    assert_eq!(r.batch(0).0, [(2, 0, 1)]);
+    assert!(started.elapsed() >= Duration::from_millis(100));
+}
+
+#[test]
+fn oldest_sends_at_once_when_every_sequence_is_ready() {
+    let r = rig_with(oldest(8, &[4], 60_000), 1, 8, LONG, 8);
+    r.send(1, 1, true, false);
+    let (_, permit) = r.batch(0);
+    r.send(2, 2, true, false);
+    r.send(1, 3, false, false);
+    drop(permit);
+    // Both live sequences have a request: waiting cannot add a third.
+    assert_eq!(r.batch(0).0, [(2, 0, 2), (3, 1, 2)]);
 }
