@@ -168,6 +168,23 @@ class TritonPythonModel:
 """
 
 
+ENSEMBLE_CONFIG = """
+name: "acc_pipeline"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] } ]
+ensemble_scheduling {
+  step [ {
+    model_name: "acc"
+    model_version: -1
+    input_map { key: "INPUT" value: "IN" }
+    output_map { key: "OUTPUT" value: "SUM" }
+  } ]
+}
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sequence")
@@ -176,6 +193,8 @@ def server(tmp_path_factory):
     (repo / "pyacc" / "1").mkdir(parents=True)
     (repo / "pyacc" / "config.pbtxt").write_text(PYTHON_CONFIG)
     (repo / "pyacc" / "1" / "model.py").write_text(PYTHON_MODEL)
+    (repo / "acc_pipeline" / "1").mkdir(parents=True)
+    (repo / "acc_pipeline" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
     server = start_server(tmp, [repo], [f"--backend-config=python,python-path={sys.executable}"])
     yield server
     assert stop_server(server) == 0, server.log()
@@ -382,5 +401,20 @@ def test_a_python_model_sees_the_controls_correlation_id_and_flags(server):
                 flags.append(int(r.as_numpy("FLAGS")[0, 0]))
             assert sums == [1, 3, 6]
             assert flags == [1, 0, 2]
+    finally:
+        client.close()
+
+
+def test_an_ensemble_carries_the_sequence_to_its_step(server):
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        sums = []
+        for i, v in enumerate([2, 3, 4]):
+            x = httpclient.InferInput("IN", [1, 1], "INT32")
+            x.set_data_from_numpy(np.array([[v]], dtype=np.int32))
+            r = client.infer("acc_pipeline", [x], sequence_id=7007, sequence_start=i == 0,
+                             sequence_end=i == 2)
+            sums.append(int(r.as_numpy("SUM")[0, 0]))
+        assert sums == [2, 5, 9]
     finally:
         client.close()
