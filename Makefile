@@ -85,6 +85,7 @@ bench: setup-test release
 	benches/ensemble.sh
 	benches/protocol_extensions.sh
 	benches/tls.sh
+	benches/sequence.sh
 	benches/instructions.sh
 
 ## Runs every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz);
