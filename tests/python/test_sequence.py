@@ -303,6 +303,11 @@ def test_an_idle_sequence_is_released(server):
     assert "must specify the START flag" in error_of(lambda: http_step(url, "acc_one_slot", 1, 400))
     # The only slot is free for another sequence.
     check(run_sequence(url, "acc_one_slot", 401, [1, 2, 3]), 401, [1, 2, 3])
+    # Beyond Triton: the release is counted.
+    metrics = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    reaped = [line for line in metrics.splitlines()
+              if line.startswith("nereid_sequence_reaped{") and 'model="acc_one_slot"' in line]
+    assert reaped and float(reaped[0].split()[-1]) >= 1, reaped
 
 
 def test_grpc_streams_keep_each_sequences_order(server):

@@ -83,7 +83,7 @@ impl LoadedVersion {
         version: i64,
         model_path: std::path::PathBuf,
     ) -> Result<LoadedVersion, Error> {
-        let plan = nereid_scheduler::plan(&config)?;
+        let mut plan = nereid_scheduler::plan(&config)?;
         let model_dir = model_dir(&model_path, 2);
         let labels = Labels::load(&config, model_dir)?;
         let warmup = warmup::samples(&config, model_dir)?;
@@ -100,6 +100,9 @@ impl LoadedVersion {
             (vec![tx], vec![rx; instances])
         };
         let stats = Arc::new(ModelStats::default());
+        if let nereid_scheduler::Plan::Sequence(sequence) = &mut plan {
+            sequence.reaped = Arc::clone(&stats.sequences_reaped);
+        }
         let failure = Arc::new(OnceLock::new());
         let ctx = Arc::new(WorkerContext {
             model_name: config.name.clone(),

@@ -149,6 +149,9 @@ pub struct ModelStats {
     samples: Mutex<Vec<LatencySample>>,
     rejected: AtomicU64,
     backend_failures: AtomicU64,
+    /// Sequences the sequence batcher released for being idle; it counts
+    /// them here itself.
+    pub(crate) sequences_reaped: Arc<AtomicU64>,
 }
 
 impl ModelStats {
@@ -276,6 +279,7 @@ impl ModelStats {
             execution_count: self.execution_count.load(Ordering::Relaxed),
             last_inference_ms: self.last_inference_ms.load(Ordering::Relaxed),
             cancelled: self.cancelled.load(Ordering::Relaxed),
+            sequences_reaped: self.sequences_reaped.load(Ordering::Relaxed),
             batches: batches
                 .iter()
                 .map(|(&batch_size, b)| BatchSnapshot {
@@ -321,6 +325,8 @@ pub struct StatsSnapshot {
     /// Milliseconds since the epoch of the last request; 0 if none.
     pub last_inference_ms: u64,
     pub cancelled: u64,
+    /// Sequences released for being idle (`max_sequence_idle_microseconds`).
+    pub sequences_reaped: u64,
     pub batches: Vec<BatchSnapshot>,
 }
 

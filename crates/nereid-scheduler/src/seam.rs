@@ -104,7 +104,7 @@ impl<T: Pending> Scheduler<T> for BatchingScheduler<T> {
 
 /// What a config's scheduling block asks for, once checked. A scheduler
 /// this crate does not implement is refused by [`plan`], naming the field.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Plan {
     /// No scheduling block: one request per execution.
     Direct,
@@ -183,6 +183,7 @@ pub fn plan(config: &ModelConfig) -> Result<Plan, Error> {
             slots_per_instance: slots,
             idle,
             max_backlog: DEFAULT_MAX_BACKLOG,
+            reaped: Arc::default(),
         }));
     }
     match BatcherConfig::from_model_config(config) {

@@ -88,7 +88,7 @@ pub enum Strategy {
 }
 
 /// What the sequence batcher needs to know about one model.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct SequenceConfig {
     pub model: String,
     pub strategy: Strategy,
@@ -98,6 +98,9 @@ pub struct SequenceConfig {
     pub idle: Duration,
     /// Sequences that may wait for a slot; more are refused at once.
     pub max_backlog: usize,
+    /// Counts the sequences released for being idle (the model's
+    /// statistics hold it).
+    pub reaped: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Sequences waiting for a slot beyond which new ones are refused (Triton
@@ -508,6 +511,9 @@ impl<T: SequenceStep> Shared<T> {
                 state.live.remove(&id);
             }
             state.reaped += 1;
+            this.config
+                .reaped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             this.fill(&mut state, instance, slot);
         }
         // Every idle instance looks again: a queue delay may have passed.

@@ -69,6 +69,7 @@ fn rig_with(
         slots_per_instance: slots,
         idle,
         max_backlog,
+        reaped: Default::default(),
     };
     let (reject_to, rejected) = crossbeam_channel::unbounded();
     Rig {

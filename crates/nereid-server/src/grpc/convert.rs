@@ -57,6 +57,7 @@ fn version_statistics(v: VersionStatistics) -> ModelStatistics {
         execution_count,
         last_inference_ms,
         cancelled: _,
+        sequences_reaped: _,
         batches,
     } = v.stats;
     ModelStatistics {
@@ -164,6 +165,7 @@ mod tests {
                 execution_count: 8,
                 last_inference_ms: 1_700_000_000_000,
                 cancelled: 2,
+                sequences_reaped: 0,
                 batches: vec![BatchSnapshot {
                     batch_size: 2,
                     compute_input: d(1, 2),

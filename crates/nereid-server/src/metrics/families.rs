@@ -33,6 +33,12 @@ const COUNTERS: &[Counter] = &[
         latency: false,
     },
     Counter {
+        name: "nereid_sequence_reaped",
+        help: "Number of sequences released for being idle longer than max_sequence_idle_microseconds",
+        value: |s| s.sequences_reaped,
+        latency: false,
+    },
+    Counter {
         name: "nv_inference_count",
         help: "Number of inferences performed (does not include cached requests)",
         value: |s| s.inference_count,
