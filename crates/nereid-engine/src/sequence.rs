@@ -99,6 +99,12 @@ impl SequenceSetup {
                 controls.push(entry);
             }
         }
+        if !sb.state.is_empty() && config.backend != "onnxruntime" {
+            return Err(invalid(format!(
+                "implicit state (sequence_batching.state) is supported for ONNX Runtime models only, not backend '{}'",
+                config.backend
+            )));
+        }
         let mut states = Vec::new();
         for state in &sb.state {
             let dt = datatype(state.data_type, &state.input_name)?;

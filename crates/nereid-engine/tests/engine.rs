@@ -224,3 +224,26 @@ async fn an_instance_that_cannot_restart_makes_the_version_unavailable() {
     );
     assert!(engine.infer(request("faulty", &[1, 2])).await.is_err());
 }
+
+#[tokio::test]
+async fn implicit_state_on_a_backend_other_than_onnx_runtime_is_refused_with_the_reason() {
+    let root = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{CONFIG}sequence_batching {{ state [ {{ input_name: \"S_IN\" output_name: \"S_OUT\" \
+         data_type: TYPE_INT32 dims: [ 1 ] }} ] }}"
+    );
+    write_model(root.path(), "stateful", &config, "identity");
+    write_model(root.path(), "other", CONFIG, "identity");
+    let (engine, _controls) = engine(root.path());
+    let index = engine.index();
+    let row = index.iter().find(|r| r.name == "stateful").unwrap();
+    assert_eq!(row.state, Some(ModelState::Unavailable));
+    assert!(
+        row.reason.contains(
+            "implicit state (sequence_batching.state) is supported for ONNX Runtime models only"
+        ),
+        "{}",
+        row.reason
+    );
+    assert!(engine.infer(request("other", &[1, 2])).await.is_ok());
+}
