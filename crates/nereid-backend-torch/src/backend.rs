@@ -253,8 +253,9 @@ impl Backend for TorchBackend {
             (_, None) => LoadOn::Cpu,
         };
         let module = self.module(source, &path, load_on, &settings, &label)?;
-        let inputs = binding::bind_inputs(&source.config, &module.arguments)?;
-        let outputs = binding::bind_outputs(&source.config)?;
+        let config = binding::with_sequence_tensors(&source.config)?;
+        let inputs = binding::bind_inputs(&config, &module.arguments)?;
+        let outputs = binding::bind_outputs(&config)?;
         tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index,
             path = %path.display(), ?settings, ?inputs, "loaded TorchScript module");
         let label = format!("{label} instance {}", source.instance_index);

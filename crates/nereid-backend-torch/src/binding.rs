@@ -10,7 +10,9 @@
 //! keyed by their config names. Outputs are `<name>__<index>` or else taken
 //! in config order.
 
-use nereid_core::model_config::{DataType as ConfigDataType, ModelConfig};
+use nereid_core::model_config::model_config::SchedulingChoice;
+use nereid_core::model_config::model_sequence_batching::control::Kind;
+use nereid_core::model_config::{DataType as ConfigDataType, ModelConfig, ModelInput, ModelOutput};
 use nereid_core::{BackendError, DataType};
 
 use crate::ffi::{ArgKind, Argument};
@@ -284,6 +286,74 @@ pub(crate) fn bind_outputs(config: &ModelConfig) -> Result<Vec<BoundOutput>, Bac
             })
         })
         .collect()
+}
+
+/// The config as forward() sees it: for a model with `sequence_batching`,
+/// the control inputs (START, END, READY, CORRID) and the state inputs are
+/// inputs too, and the state outputs outputs, as Triton's PyTorch backend
+/// counts them. With implicit state every name must follow
+/// `<name>__<index>`, Triton's rule.
+pub(crate) fn with_sequence_tensors(config: &ModelConfig) -> Result<ModelConfig, BackendError> {
+    let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice else {
+        return Ok(config.clone());
+    };
+    let mut full = config.clone();
+    for input in &sb.control_input {
+        let Some(control) = input.control.first() else {
+            continue;
+        };
+        let data_type = match Kind::try_from(control.kind) {
+            Ok(Kind::ControlSequenceCorrid) => control.data_type,
+            _ if !control.fp32_false_true.is_empty() => ConfigDataType::TypeFp32 as i32,
+            _ if !control.bool_false_true.is_empty() => ConfigDataType::TypeBool as i32,
+            _ => ConfigDataType::TypeInt32 as i32,
+        };
+        full.input.push(ModelInput {
+            name: input.name.clone(),
+            data_type,
+            dims: vec![1],
+            ..Default::default()
+        });
+    }
+    for state in &sb.state {
+        full.input.push(ModelInput {
+            name: state.input_name.clone(),
+            data_type: state.data_type,
+            dims: state.dims.clone(),
+            ..Default::default()
+        });
+        full.output.push(ModelOutput {
+            name: state.output_name.clone(),
+            data_type: state.data_type,
+            dims: state.dims.clone(),
+            ..Default::default()
+        });
+    }
+    if !sb.state.is_empty() {
+        let names = full
+            .input
+            .iter()
+            .map(|i| &i.name)
+            .chain(full.output.iter().map(|o| &o.name));
+        if let Some(name) = names.clone().find(|n| named_index(n).is_none()) {
+            let state = sb
+                .state
+                .iter()
+                .flat_map(|s| [&s.input_name, &s.output_name])
+                .find(|s| *s == name);
+            return Err(BackendError::Load(match state {
+                Some(state) => format!(
+                    "PyTorch model '{}' is using sequence batching with state but state '{state}' does not follow the <name>__<index> naming convention. ",
+                    config.name
+                ),
+                None => format!(
+                    "PyTorch model '{}' is using sequence batching with state but not all inputs and outputs follow the <name>__<index> naming convention. ",
+                    config.name
+                ),
+            }));
+        }
+    }
+    Ok(full)
 }
 
 #[cfg(test)]

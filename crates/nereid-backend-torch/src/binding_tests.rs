@@ -189,3 +189,74 @@ fn empty_inputs_or_outputs_are_named() {
         "{err}"
     );
 }
+
+fn sequence_config(state: bool) -> ModelConfig {
+    let text = format!(
+        r#"
+name: "seq"
+max_batch_size: 4
+input [ {{ name: "INPUT__0" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUTPUT__0" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+sequence_batching {{
+  control_input [
+    {{ name: "START__1" control [ {{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] }} ] }},
+    {{ name: "READY__2" control [ {{ kind: CONTROL_SEQUENCE_READY fp32_false_true: [ 0, 1 ] }} ] }}
+  ]
+  {}
+}}
+"#,
+        if state {
+            r#"state [ { input_name: "STATE_IN__3" output_name: "STATE_OUT__1" data_type: TYPE_INT32 dims: [ 1 ] } ]"#
+        } else {
+            ""
+        }
+    );
+    nereid_repository::parse_config_text(&text).unwrap()
+}
+
+#[test]
+fn sequence_controls_and_state_are_forward_arguments_and_outputs() {
+    let c = with_sequence_tensors(&sequence_config(true)).unwrap();
+    let plan = bind_inputs(&c, &tensors(&["x", "start", "ready", "state"])).unwrap();
+    assert_eq!(
+        positions(&plan),
+        [
+            ("INPUT__0", 0),
+            ("START__1", 1),
+            ("READY__2", 2),
+            ("STATE_IN__3", 3)
+        ]
+    );
+    let InputPlan::Positional(bound) = plan else {
+        unreachable!()
+    };
+    assert_eq!(bound[2].datatype, DataType::Fp32);
+    let outputs = bind_outputs(&c).unwrap();
+    let indices: Vec<_> = outputs.iter().map(|o| (o.name.as_str(), o.index)).collect();
+    assert_eq!(indices, [("OUTPUT__0", 0), ("STATE_OUT__1", 1)]);
+}
+
+#[test]
+fn controls_count_as_inputs_as_in_triton() {
+    let c = with_sequence_tensors(&sequence_config(false)).unwrap();
+    let err = bind_inputs(&c, &tensors(&["x"])).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("configuration expects 3 inputs, model provides 1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn state_needs_the_named_index_convention() {
+    let mut c = sequence_config(true);
+    if let Some(SchedulingChoice::SequenceBatching(sb)) = &mut c.scheduling_choice {
+        sb.state[0].output_name = "STATE_OUT".into();
+    }
+    let err = with_sequence_tensors(&c).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("state 'STATE_OUT' does not follow the <name>__<index> naming convention"),
+        "{err}"
+    );
+}

@@ -99,9 +99,9 @@ impl SequenceSetup {
                 controls.push(entry);
             }
         }
-        if !sb.state.is_empty() && config.backend != "onnxruntime" {
+        if !sb.state.is_empty() && !matches!(config.backend.as_str(), "onnxruntime" | "pytorch") {
             return Err(invalid(format!(
-                "implicit state (sequence_batching.state) is supported for ONNX Runtime models only, not backend '{}'",
+                "implicit state (sequence_batching.state) is supported for ONNX Runtime and PyTorch (TorchScript) models only, not backend '{}'",
                 config.backend
             )));
         }

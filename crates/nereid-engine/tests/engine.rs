@@ -226,7 +226,7 @@ async fn an_instance_that_cannot_restart_makes_the_version_unavailable() {
 }
 
 #[tokio::test]
-async fn implicit_state_on_a_backend_other_than_onnx_runtime_is_refused_with_the_reason() {
+async fn implicit_state_on_a_backend_without_it_is_refused_with_the_reason() {
     let root = tempfile::tempdir().unwrap();
     let config = format!(
         "{CONFIG}sequence_batching {{ state [ {{ input_name: \"S_IN\" output_name: \"S_OUT\" \
@@ -240,7 +240,7 @@ async fn implicit_state_on_a_backend_other_than_onnx_runtime_is_refused_with_the
     assert_eq!(row.state, Some(ModelState::Unavailable));
     assert!(
         row.reason.contains(
-            "implicit state (sequence_batching.state) is supported for ONNX Runtime models only"
+            "implicit state (sequence_batching.state) is supported for ONNX Runtime and PyTorch (TorchScript) models only"
         ),
         "{}",
         row.reason
