@@ -38,6 +38,13 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$work/results" "$work/repo"
 
+# "inferences executions" of MODEL on the HTTP PORT, from its statistics.
+counts() {
+  curl -sf "http://127.0.0.1:$1/v2/models/$2/stats" | python3 -c 'import json, sys
+s = json.load(sys.stdin)["model_stats"]
+print(sum(int(v["inference_count"]) for v in s), sum(int(v["execution_count"]) for v in s))'
+}
+
 scripts/setup-python.sh
 scripts/setup-perf-analyzer.sh
 ORT_DYLIB_PATH=$(scripts/ort-path.sh)
@@ -68,6 +75,7 @@ for model in "${models[@]}"; do
     for server in $servers; do
       name=${server}_${model}_c${c}
       before=$(cpu_point "${server_pid[$server]}" "${http_port[$server]}" "$model")
+      counts_before=$(counts "${http_port[$server]}" "$model")
       if timeout "$PA_TIMEOUT_S" "$pa" -m "$model" -i grpc -u "127.0.0.1:${grpc_port[$server]}" \
         --concurrency-range "$c" --sequence-length 20 --measurement-mode count_windows \
         --measurement-request-count "$requests" -s 50 -r 5 \
@@ -78,6 +86,8 @@ for model in "${models[@]}"; do
         rm -f "$work/results/$name.csv"
       fi
       after=$(cpu_point "${server_pid[$server]}" "${http_port[$server]}" "$model")
+      echo "$counts_before $(counts "${http_port[$server]}" "$model")" |
+        awk '$4 > $2 { printf "%.2f\n", ($3 - $1) / ($4 - $2) }' >"$work/results/$name.batch"
       cpu_env_per_inference "$before" "$after" >"$work/results/$name.cpu" ||
         rm -f "$work/results/$name.cpu"
     done

@@ -22,7 +22,8 @@ MODELS = {"acc_direct": "direct", "acc_oldest": "oldest"}
 
 
 def cell(results: Path, name: str):
-    """(infer/s, p50 µs, p99 µs, CPU µs per inference) or Nones."""
+    """(infer/s, p50 µs, p99 µs, CPU µs per inference, inferences per
+    execution) or Nones."""
     row = None
     path = results / f"{name}.csv"
     if path.is_file():
@@ -34,10 +35,14 @@ def cell(results: Path, name: str):
     if cpu_path.is_file():
         values = dict(line.split("=", 1) for line in cpu_path.read_text().split())
         cpu = float(values["us_per_inference"])
+    batch = None
+    batch_path = results / f"{name}.batch"
+    if batch_path.is_file() and batch_path.read_text().strip():
+        batch = float(batch_path.read_text())
     if row is None:
-        return None, None, None, cpu
+        return None, None, None, cpu, batch
     return (float(row["Inferences/Second"]), float(row["p50 latency"]),
-            float(row["p99 latency"]), cpu)
+            float(row["p99 latency"]), cpu, batch)
 
 
 def fmt(value, digits=0):
@@ -78,19 +83,25 @@ def main() -> None:
         "",
         "Each concurrent perf_analyzer context runs sequences of 20 steps one after another; "
         "latencies are per step, client-side, in µs. Server CPU per inference is as in the "
-        "first table.",
+        "first table. Inferences per execution is the model's `inference_count` over its "
+        "`execution_count` across the cell (from the statistics): the mean batch, which "
+        "Triton's oldest strategy keeps small under load (its issue #4841). Executions count "
+        "only the rows that carry requests on both servers; a direct batch's idle rows "
+        "(READY false) are not inferences.",
         "",
     ]
     if with_triton:
         lines += [
             "| strategy | sequences | nereid infer/s | Triton infer/s | nereid ÷ Triton | "
             "nereid p50 | Triton p50 | nereid p99 | Triton p99 | nereid CPU µs/infer | "
-            "Triton CPU µs/infer | CPU nereid ÷ Triton |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "Triton CPU µs/infer | CPU nereid ÷ Triton | nereid inferences per execution | "
+            "Triton inferences per execution |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
     else:
-        lines += ["| strategy | sequences | infer/s | p50 | p99 | CPU µs/infer |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["| strategy | sequences | infer/s | p50 | p99 | CPU µs/infer | "
+                  "inferences per execution |",
+                  "|---|---|---|---|---|---|---|"]
     for model, strategy in MODELS.items():
         for c in concurrencies.split():
             n = cell(results, f"nereid_{model}_c{c}")
@@ -99,10 +110,10 @@ def main() -> None:
                 lines.append(
                     f"| {strategy} | {c} | {fmt(n[0])} | {fmt(t[0])} | {ratio(n[0], t[0])} | "
                     f"{fmt(n[1])} | {fmt(t[1])} | {fmt(n[2])} | {fmt(t[2])} | {fmt(n[3], 1)} | "
-                    f"{fmt(t[3], 1)} | {ratio(n[3], t[3])} |")
+                    f"{fmt(t[3], 1)} | {ratio(n[3], t[3])} | {fmt(n[4], 1)} | {fmt(t[4], 1)} |")
             else:
                 lines.append(f"| {strategy} | {c} | {fmt(n[0])} | {fmt(n[1])} | {fmt(n[2])} | "
-                             f"{fmt(n[3], 1)} |")
+                             f"{fmt(n[3], 1)} | {fmt(n[4], 1)} |")
     lines.append("")
     write_section(Path(out), BEGIN, END, "\n".join(lines) + "\n")
 
