@@ -290,13 +290,13 @@ impl SequenceSetup {
                 Some(t) => (t.shape.clone(), t.data.clone()),
                 None => (spec.initial.shape.clone(), spec.initial.data.clone()),
             };
-            request.inputs.push(InputTensor {
-                name: spec.input.clone(),
-                datatype: spec.datatype,
-                shape: self.row_shape(&dims),
+            push_input(
+                request,
+                &spec.input,
+                spec.datatype,
+                self.row_shape(&dims),
                 data,
-                parameters: Parameters::new(),
-            });
+            );
         }
     }
 
@@ -336,13 +336,7 @@ impl SequenceSetup {
                     (name, *datatype, corrid_bytes(id, *datatype))
                 }
             };
-            request.inputs.push(InputTensor {
-                name: name.clone(),
-                datatype,
-                shape: self.row_shape(&[1]),
-                data,
-                parameters: Parameters::new(),
-            });
+            push_input(request, name, datatype, self.row_shape(&[1]), data);
         }
     }
 
@@ -360,6 +354,22 @@ impl SequenceSetup {
         }
         answer
     }
+}
+
+fn push_input(
+    request: &mut InferRequest,
+    name: &str,
+    datatype: DataType,
+    shape: Vec<i64>,
+    data: Bytes,
+) {
+    request.inputs.push(InputTensor {
+        name: name.to_string(),
+        datatype,
+        shape,
+        data,
+        parameters: Parameters::new(),
+    });
 }
 
 /// The false and true values of a START, END or READY control.
