@@ -160,15 +160,22 @@ pub fn plan(config: &ModelConfig) -> Result<Plan, Error> {
                 };
                 (strategy, candidates)
             }
-            Some(StrategyChoice::Direct(direct))
-                if direct.max_queue_delay_microseconds > 0
-                    || direct.minimum_slot_utilization > 0.0 =>
-            {
-                return Err(unsupported(
-                    "sequence_batching.direct with max_queue_delay_microseconds or minimum_slot_utilization",
-                ));
-            }
-            _ => (Strategy::Direct, max_batch_size),
+            Some(StrategyChoice::Direct(direct)) => (
+                Strategy::Direct {
+                    max_queue_delay: std::time::Duration::from_micros(
+                        direct.max_queue_delay_microseconds,
+                    ),
+                    minimum_slot_utilization: direct.minimum_slot_utilization,
+                },
+                max_batch_size,
+            ),
+            None => (
+                Strategy::Direct {
+                    max_queue_delay: std::time::Duration::ZERO,
+                    minimum_slot_utilization: 0.0,
+                },
+                max_batch_size,
+            ),
         };
         if sb.iterative_sequence {
             return Err(unsupported("sequence_batching.iterative_sequence"));

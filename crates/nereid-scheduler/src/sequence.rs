@@ -76,9 +76,15 @@ pub trait SequenceStep: Send + 'static {
 }
 
 /// How an instance's batch is formed from its slots.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Strategy {
-    Direct,
+    /// A batch waits, at most `max_queue_delay`, until at least
+    /// `minimum_slot_utilization` of the instance's slots have a request
+    /// (0 and 0: it goes at once).
+    Direct {
+        max_queue_delay: Duration,
+        minimum_slot_utilization: f32,
+    },
     Oldest {
         max_batch_size: usize,
         /// Ascending.
@@ -351,13 +357,27 @@ impl<T: SequenceStep> Shared<T> {
         }
         // (slot, row) of each request that goes.
         let picked: Vec<(usize, usize)> = match &self.config.strategy {
-            Strategy::Direct => state.instances[instance]
-                .slots
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.sequence.is_some() && !s.pending.is_empty())
-                .map(|(i, _)| (i, i))
-                .collect(),
+            Strategy::Direct {
+                max_queue_delay,
+                minimum_slot_utilization,
+            } => {
+                let slots = &state.instances[instance].slots;
+                let ready: Vec<(usize, Instant)> = slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.sequence.is_some())
+                    .filter_map(|(i, s)| s.pending.front().map(|(_, at)| (i, *at)))
+                    .collect();
+                let oldest = ready.iter().map(|(_, at)| *at).min()?;
+                let utilization = ready.len() as f32 / slots.len().max(1) as f32;
+                if utilization < *minimum_slot_utilization
+                    && now.saturating_duration_since(oldest) < *max_queue_delay
+                {
+                    self.ticker.at(oldest + *max_queue_delay);
+                    return None;
+                }
+                ready.into_iter().map(|(i, _)| (i, i)).collect()
+            }
             Strategy::Oldest {
                 max_batch_size,
                 preferred,
@@ -403,7 +423,7 @@ impl<T: SequenceStep> Shared<T> {
             return None;
         }
         let rows = match self.config.strategy {
-            Strategy::Direct => rows_of(&state.instances[instance]),
+            Strategy::Direct { .. } => rows_of(&state.instances[instance]),
             Strategy::Oldest { .. } => picked.len(),
         };
         let mut items = Vec::with_capacity(picked.len());

@@ -44,7 +44,14 @@ struct Rig {
 }
 
 fn rig(instances: usize, slots: usize, idle: Duration, max_backlog: usize) -> Rig {
-    rig_with(Strategy::Direct, instances, slots, idle, max_backlog)
+    rig_with(direct(0, 0.0), instances, slots, idle, max_backlog)
+}
+
+fn direct(delay_ms: u64, minimum_slot_utilization: f32) -> Strategy {
+    Strategy::Direct {
+        max_queue_delay: Duration::from_millis(delay_ms),
+        minimum_slot_utilization,
+    }
 }
 
 fn oldest(max_batch_size: usize, preferred: &[usize], delay_ms: u64) -> Strategy {
@@ -275,4 +282,24 @@ fn oldest_sends_at_once_when_every_sequence_is_ready() {
     drop(permit);
     // Both live sequences have a request: waiting cannot add a third.
     assert_eq!(r.batch(0).0, [(2, 0, 2), (3, 1, 2)]);
+}
+
+#[test]
+fn direct_waits_for_the_slot_utilization_at_most_the_delay() {
+    // Four slots, at least half with a request, at most 200 ms.
+    let r = rig_with(direct(200, 0.5), 1, 4, LONG, 8);
+    r.send(1, 1, true, false);
+    r.nothing(0);
+    r.send(2, 2, true, false);
+    // Two of four slots: the batch goes.
+    assert_eq!(r.batch(0).0, [(1, 0, 2), (2, 1, 2)]);
+}
+
+#[test]
+fn direct_sends_below_the_utilization_once_the_delay_passed() {
+    let r = rig_with(direct(100, 0.75), 1, 4, LONG, 8);
+    let started = Instant::now();
+    r.send(1, 1, true, false);
+    assert_eq!(r.batch(0).0, [(1, 0, 1)]);
+    assert!(started.elapsed() >= Duration::from_millis(90));
 }
