@@ -357,8 +357,16 @@ fn run_batch(
     drop(batch);
     // The instance is free again: the batcher may send it the next batch
     // while this one is answered, and a client's next request, sent on
-    // this answer, finds the instance idle.
-    drop(permit);
+    // this answer, finds the instance idle. A sequence batch keeps its
+    // permit until its steps are answered: the sequence batcher then knows
+    // which sequences will send their next step soon (`Strategy::Oldest`).
+    let permit = match ctx.sequence {
+        Some(_) => permit,
+        None => {
+            drop(permit);
+            None
+        }
+    };
     let executed = Instant::now();
     let outputs = result
         .and_then(|outputs| scatter(&requests, outputs))
@@ -394,6 +402,7 @@ fn run_batch(
             }
         }
     }
+    drop(permit);
     outcome
 }
 

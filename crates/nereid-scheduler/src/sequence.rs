@@ -123,6 +123,9 @@ struct Slot<T> {
     sequence: Option<Live>,
     /// Requests with when they arrived.
     pending: VecDeque<(T, Instant)>,
+    /// When its sequence's last step was answered: its next one is
+    /// expected soon.
+    answered: Option<Instant>,
 }
 
 impl<T> Slot<T> {
@@ -134,6 +137,8 @@ impl<T> Slot<T> {
 struct Instance<T> {
     busy: bool,
     slots: Vec<Slot<T>>,
+    /// The slots whose requests the running batch holds.
+    running: Vec<usize>,
 }
 
 /// A sequence that waits for a slot.
@@ -223,8 +228,10 @@ impl<T: SequenceStep> SequenceBatcher<T> {
                     .map(|_| Slot {
                         sequence: None,
                         pending: VecDeque::new(),
+                        answered: None,
                     })
                     .collect(),
+                running: Vec::new(),
             })
             .collect();
         let ticker = Arc::new(Ticker::default());
@@ -400,15 +407,42 @@ impl<T: SequenceStep> Shared<T> {
                     .iter()
                     .filter(|s| s.sequence.is_some())
                     .count();
+                // Sequences whose last step was just answered send their
+                // next one soon: while that could make the batch reach a
+                // larger preferred size, it waits for them (within the
+                // delay) rather than leave them to the next batch, where
+                // they and the rest would take turns in half-size batches.
+                let expected = state.instances[instance]
+                    .slots
+                    .iter()
+                    .filter(|s| s.sequence.is_some() && s.pending.is_empty())
+                    .filter(|s| {
+                        s.answered
+                            .is_some_and(|at| now.saturating_duration_since(at) < *max_queue_delay)
+                    })
+                    .count();
+                let reachable = (ready.len() + expected).min(*max_batch_size);
+                let reached = preferred.iter().rev().find(|&&p| p <= ready.len()).copied();
+                let larger_reachable = preferred
+                    .iter()
+                    .any(|&p| p > reached.unwrap_or(0) && p <= reachable);
                 let take = if ready.len() >= (*max_batch_size).min(live)
                     || max_queue_delay.is_zero()
                     || waited >= *max_queue_delay
                 {
                     ready.len().min(*max_batch_size)
-                } else if let Some(&size) = preferred.iter().rev().find(|&&p| p <= ready.len()) {
+                } else if let Some(size) = reached.filter(|_| !larger_reachable) {
                     size
                 } else {
-                    self.ticker.at(oldest + *max_queue_delay);
+                    let returning = state.instances[instance]
+                        .slots
+                        .iter()
+                        .filter_map(|s| s.answered)
+                        .map(|at| at + *max_queue_delay)
+                        .filter(|&until| until > now)
+                        .min();
+                    let due = oldest + *max_queue_delay;
+                    self.ticker.at(returning.map_or(due, |r| r.min(due)));
                     return None;
                 };
                 ready
@@ -428,6 +462,7 @@ impl<T: SequenceStep> Shared<T> {
         };
         let mut items = Vec::with_capacity(picked.len());
         let mut freed = Vec::new();
+        let mut sent = Vec::with_capacity(picked.len());
         for (index, row) in picked {
             let slot = &mut state.instances[instance].slots[index];
             let (Some(live), Some((mut item, _))) = (&slot.sequence, slot.pending.pop_front())
@@ -439,9 +474,12 @@ impl<T: SequenceStep> Shared<T> {
                 rows,
                 state: Arc::clone(&live.state),
             });
+            slot.answered = None;
             if item.is_end() && slot.pending.is_empty() {
                 slot.sequence = None;
                 freed.push(index);
+            } else {
+                sent.push(index);
             }
             items.push(item);
         }
@@ -452,6 +490,7 @@ impl<T: SequenceStep> Shared<T> {
             return None;
         }
         state.instances[instance].busy = true;
+        state.instances[instance].running = sent;
         Some((instance, items))
     }
 
@@ -472,6 +511,7 @@ impl<T: SequenceStep> Shared<T> {
             last_seen: waiting.last_seen,
         });
         target.pending = waiting.items;
+        target.answered = None;
     }
 
     fn send(self: &Arc<Self>, out: Option<Outgoing<T>>) {
@@ -499,9 +539,18 @@ impl<T: SequenceStep> Shared<T> {
 
     /// `instance` finished its batch: it takes the next one.
     fn finished(this: &Arc<Self>, instance: usize) {
+        let now = Instant::now();
         let mut state = this.state.lock();
-        state.instances[instance].busy = false;
-        let out = this.next_batch(&mut state, instance, Instant::now());
+        let target = &mut state.instances[instance];
+        target.busy = false;
+        for slot in std::mem::take(&mut target.running) {
+            if let Some(slot) = target.slots.get_mut(slot)
+                && slot.sequence.is_some()
+            {
+                slot.answered = Some(now);
+            }
+        }
+        let out = this.next_batch(&mut state, instance, now);
         drop(state);
         this.send(out);
     }

@@ -303,3 +303,30 @@ fn direct_sends_below_the_utilization_once_the_delay_passed() {
     assert_eq!(r.batch(0).0, [(1, 0, 1)]);
     assert!(started.elapsed() >= Duration::from_millis(90));
 }
+
+#[test]
+fn oldest_waits_for_answered_sequences_to_reach_a_larger_preferred_size() {
+    let r = rig_with(oldest(4, &[2, 4], 60_000), 1, 4, LONG, 8);
+    for id in 1..=4 {
+        r.send(id, id as u32, true, false);
+    }
+    // The first arrives alone on the idle instance: one of one live.
+    let (first, permit) = r.batch(0);
+    assert_eq!(first, [(1, 0, 1)]);
+    drop(permit);
+    // Three wait: the preferred size 2 is reached, but sequence 1 was just
+    // answered and with it the preferred size 4 is in reach.
+    r.nothing(0);
+    r.send(1, 11, false, false);
+    let (second, permit) = r.batch(0);
+    assert_eq!(second.iter().map(|s| s.0).collect::<Vec<_>>(), [2, 3, 4, 11]);
+    drop(permit);
+    // All four answered; two come back, then the other two.
+    r.send(2, 12, false, false);
+    r.send(3, 13, false, false);
+    r.nothing(0);
+    r.send(4, 14, false, false);
+    r.send(1, 15, false, false);
+    let (third, _permit) = r.batch(0);
+    assert_eq!(third.iter().map(|s| s.0).collect::<Vec<_>>(), [12, 13, 14, 15]);
+}
