@@ -423,3 +423,21 @@ def test_an_ensemble_carries_the_sequence_to_its_step(server):
         assert sums == [2, 5, 9]
     finally:
         client.close()
+
+
+def test_malformed_sequence_parameters_get_tritons_words(server):
+    def post(parameters):
+        body = {"parameters": parameters,
+                "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [1]}]}
+        r = requests.post(f"http://{server.http_url}/v2/models/acc/infer", json=body, timeout=10)
+        return r.status_code, r.json().get("error")
+
+    # Triton 2.51 answers these with the same words but status 500.
+    bad_id = "Unable to parse 'sequence_id': attempt to access JSON non-string as string"
+    bad_flag = "Unable to parse '{}': attempt to access JSON non-boolean as boolean"
+    assert post({"sequence_id": -1, "sequence_start": True}) == (400, bad_id)
+    assert post({"sequence_id": True}) == (400, bad_id)
+    assert post({"sequence_id": 5, "sequence_start": "yes"}) == (
+        400, bad_flag.format("sequence_start"))
+    assert post({"sequence_id": 5, "sequence_start": True, "sequence_end": 1}) == (
+        400, bad_flag.format("sequence_end"))

@@ -135,7 +135,8 @@ impl SequenceSetup {
         let parameters = &request.request.parameters;
         let id = match parameters.get("sequence_id") {
             Some(Parameter::Uint64(id)) => CorrelationId::Int(*id),
-            Some(Parameter::Int64(id)) if *id >= 0 => CorrelationId::Int(*id as u64),
+            // gRPC's int64_param, taken as Triton takes it (as unsigned).
+            Some(Parameter::Int64(id)) => CorrelationId::Int(*id as u64),
             Some(Parameter::String(id)) => CorrelationId::Str(id.clone()),
             None => CorrelationId::Int(0),
             Some(_) => {

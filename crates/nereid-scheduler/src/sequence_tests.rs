@@ -319,7 +319,10 @@ fn oldest_waits_for_answered_sequences_to_reach_a_larger_preferred_size() {
     r.nothing(0);
     r.send(1, 11, false, false);
     let (second, permit) = r.batch(0);
-    assert_eq!(second.iter().map(|s| s.0).collect::<Vec<_>>(), [2, 3, 4, 11]);
+    assert_eq!(
+        second.iter().map(|s| s.0).collect::<Vec<_>>(),
+        [2, 3, 4, 11]
+    );
     drop(permit);
     // All four answered; two come back, then the other two.
     r.send(2, 12, false, false);
@@ -328,5 +331,8 @@ fn oldest_waits_for_answered_sequences_to_reach_a_larger_preferred_size() {
     r.send(4, 14, false, false);
     r.send(1, 15, false, false);
     let (third, _permit) = r.batch(0);
-    assert_eq!(third.iter().map(|s| s.0).collect::<Vec<_>>(), [12, 13, 14, 15]);
+    assert_eq!(
+        third.iter().map(|s| s.0).collect::<Vec<_>>(),
+        [12, 13, 14, 15]
+    );
 }

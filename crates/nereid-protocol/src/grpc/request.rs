@@ -15,7 +15,7 @@ use super::params::parameters_from_proto;
 use super::parse_model_version;
 use crate::inference::ModelInferRequest;
 use crate::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
-use crate::parameters::take_bool;
+use crate::parameters::{Wire, check_sequence, take_bool};
 
 /// Decodes a gRPC inference request. Shapes, datatypes and byte sizes are
 /// checked against the model by the engine; this checks what only the wire
@@ -45,6 +45,7 @@ pub fn decode_infer_request(request: ModelInferRequest) -> Result<InferRequest, 
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut parameters = parameters_from_proto(parameters, "the request")?;
+    check_sequence(&parameters, Wire::Grpc)?;
     // Every gRPC output is raw already; dropped so that backends see the same
     // parameters whichever protocol a request came by (as REST does).
     take_bool(&mut parameters, "binary_data_output", "the request")?;
