@@ -124,8 +124,10 @@ backend: "python"
 max_batch_size: 4
 input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] },
-         { name: "FLAGS" data_type: TYPE_INT32 dims: [ 1 ] } ]
+         { name: "FLAGS" data_type: TYPE_INT32 dims: [ 1 ] },
+         { name: "ENDED" data_type: TYPE_INT32 dims: [ 1 ] } ]
 sequence_batching {
+  max_sequence_idle_microseconds: 300000
   control_input [
     { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
     { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
@@ -148,6 +150,7 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def initialize(self, args):
         self.sums = {}
+        self.ended = 0
 
     def execute(self, requests):
         responses = []
@@ -160,9 +163,12 @@ class TritonPythonModel:
             if start.flatten()[0] == 1:
                 self.sums[key] = 0
             self.sums[key] = self.sums.get(key, 0) + x
+            if request.flags() & 2:
+                self.ended += 1
             responses.append(pb_utils.InferenceResponse([
                 pb_utils.Tensor("OUTPUT", np.array([[self.sums[key]]], dtype=np.int32)),
                 pb_utils.Tensor("FLAGS", np.array([[request.flags()]], dtype=np.int32)),
+                pb_utils.Tensor("ENDED", np.array([[self.ended]], dtype=np.int32)),
             ]))
         return responses
 """
@@ -441,3 +447,29 @@ def test_malformed_sequence_parameters_get_tritons_words(server):
         400, bad_flag.format("sequence_start"))
     assert post({"sequence_id": 5, "sequence_start": True, "sequence_end": 1}) == (
         400, bad_flag.format("sequence_end"))
+
+
+def test_a_reaped_sequence_tells_the_model_it_ended(server):
+    # Beyond Triton (its issues #3652, #3492): before its slot is released,
+    # an idle sequence gets an END step (zeros, flags() == 2, its
+    # correlation_id()), which the statistics leave out.
+    client = httpclient.InferenceServerClient(server.http_url)
+
+    def start(sid):
+        x = httpclient.InferInput("INPUT", [1, 1], "INT32")
+        x.set_data_from_numpy(np.array([[1]], dtype=np.int32))
+        r = client.infer("pyacc", [x], sequence_id=sid, sequence_start=True)
+        return int(r.as_numpy("ENDED")[0, 0])
+
+    def inferences():
+        stats = requests.get(f"http://{server.http_url}/v2/models/pyacc/stats", timeout=10).json()
+        return int(stats["model_stats"][0]["inference_count"])
+
+    try:
+        counted = inferences()
+        ended = start(8001)
+        time.sleep(1.5)  # idle beyond 0.3 s: reaped
+        assert start(8002) == ended + 1
+        assert inferences() == counted + 2
+    finally:
+        client.close()

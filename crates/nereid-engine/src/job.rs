@@ -29,6 +29,9 @@ pub struct Job {
     waiting: Option<PendingMark>,
     /// Its place in a sequence, for a model with `sequence_batching`.
     pub sequence: Option<SequenceRequest>,
+    /// Sent by the server, not a client (a reaped sequence's last step):
+    /// nobody waits for its answer and the statistics leave it out.
+    pub detached: bool,
 }
 
 impl Job {
@@ -50,7 +53,45 @@ impl Job {
             priority,
             timeout,
             sequence: None,
+            detached: false,
         })
+    }
+
+    /// The step that tells a model its sequence `id` ends because it was
+    /// idle too long: `request` (the model's inputs as zeros) with the END
+    /// flag and the sequence's parameters, answered to nobody.
+    pub fn farewell(
+        mut request: ValidatedRequest,
+        id: CorrelationId,
+        stats: Arc<ModelStats>,
+    ) -> Job {
+        let (reply, _) = oneshot::channel();
+        let parameters = &mut request.request.parameters;
+        parameters.insert(
+            "sequence_id".into(),
+            match &id {
+                CorrelationId::Int(v) => Parameter::Uint64(*v),
+                CorrelationId::Str(s) => Parameter::String(s.clone()),
+            },
+        );
+        parameters.insert("sequence_end".into(), Parameter::Bool(true));
+        Job {
+            request,
+            enqueued: Instant::now(),
+            reply,
+            order: None,
+            stats,
+            priority: 0,
+            timeout: None,
+            waiting: None,
+            sequence: Some(SequenceRequest {
+                id,
+                start: false,
+                end: true,
+                placement: None,
+            }),
+            detached: true,
+        }
     }
 
     /// The job leaves the pending count: an instance runs it now.
@@ -60,7 +101,7 @@ impl Job {
 
     /// Whether the client stopped waiting (connection closed, RPC cancelled).
     pub fn is_abandoned(&self) -> bool {
-        self.reply.is_closed()
+        !self.detached && self.reply.is_closed()
     }
 
     /// Sends the answer, after every earlier answer when the model
@@ -119,8 +160,10 @@ impl Pending for Job {
     }
 
     fn reject(self, error: Error) {
-        self.stats
-            .record_failure_for(self.enqueued.elapsed(), FailureReason::Rejected);
+        if !self.detached {
+            self.stats
+                .record_failure_for(self.enqueued.elapsed(), FailureReason::Rejected);
+        }
         self.answer(Err(error));
     }
 

@@ -113,8 +113,11 @@ impl LoadedVersion {
             sequence: sequence.clone(),
         });
         let workers = start_workers(backend, sources, ctx, warmup, receivers)?;
+        let farewell = sequence
+            .as_ref()
+            .and_then(|_| farewell(&config, Arc::clone(&stats)));
         let (scheduler, order) =
-            nereid_scheduler::start(&config.name, plan, instances, senders, workers)?;
+            nereid_scheduler::start(&config.name, plan, instances, senders, workers, farewell)?;
         Ok(LoadedVersion {
             version,
             config,
@@ -318,6 +321,52 @@ impl LoadedVersion {
         }
         result
     }
+}
+
+/// What a reaped sequence's END step is made of: the model's inputs as
+/// zeros (a variable dimension as 1, BYTES as empty strings), one row;
+/// `None` when an input's datatype is not one Nereid knows.
+fn farewell(
+    config: &ModelConfig,
+    stats: Arc<ModelStats>,
+) -> Option<nereid_scheduler::Farewell<Job>> {
+    let batching = config.max_batch_size > 0;
+    let mut inputs = Vec::with_capacity(config.input.len());
+    for input in &config.input {
+        let datatype = nereid_core::DataType::from_config(input.data_type())?;
+        let dims: Vec<i64> = input.dims.iter().map(|&d| d.max(1)).collect();
+        let elements: usize = dims.iter().map(|&d| d as usize).product();
+        let size = datatype.element_size().unwrap_or(4) * elements;
+        let shape = if batching {
+            std::iter::once(1).chain(dims).collect()
+        } else {
+            dims
+        };
+        inputs.push(nereid_core::InputTensor {
+            name: input.name.clone(),
+            datatype,
+            shape,
+            data: bytes::Bytes::from(vec![0u8; size]),
+            parameters: nereid_core::Parameters::new(),
+        });
+    }
+    let model = config.name.clone();
+    Some(Box::new(move |id: &nereid_scheduler::CorrelationId| {
+        let request = crate::ValidatedRequest {
+            request: InferRequest {
+                model_name: model.clone(),
+                model_version: None,
+                id: String::new(),
+                inputs: inputs.clone(),
+                outputs: Vec::new(),
+                parameters: nereid_core::Parameters::new(),
+                trace: None,
+            },
+            batch_size: 1,
+            outputs: Vec::new(),
+        };
+        Some(Job::farewell(request, id.clone(), Arc::clone(&stats)))
+    }))
 }
 
 /// One `ModelSource` per instance the config's instance groups ask for:

@@ -283,9 +283,25 @@ fn restart(
 /// Answers every job of a dispatch with `error`.
 fn fail_dispatch(ctx: &WorkerContext, dispatch: Dispatch<Job>, error: &Error) {
     for job in dispatch.items {
-        ctx.stats
-            .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
+        if !job.detached {
+            ctx.stats
+                .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
+        }
         job.answer(Err(error.clone()));
+    }
+}
+
+/// Counts an execution of `jobs` in the statistics, with the clients'
+/// inferences: a step the server sent itself is left out, and a batch of
+/// nothing else is not counted at all.
+fn record_execution(ctx: &WorkerContext, jobs: &[Job], times: ComputeTimes) {
+    let inferences: u64 = jobs
+        .iter()
+        .filter(|j| !j.detached)
+        .map(|j| j.request.batch_size)
+        .sum();
+    if inferences > 0 {
+        ctx.stats.record_execution(inferences, times);
     }
 }
 
@@ -386,8 +402,7 @@ fn run_batch(
     };
     match outputs {
         Ok(per_request) => {
-            let inferences = jobs.iter().map(|j| j.request.batch_size).sum();
-            ctx.stats.record_execution(inferences, times);
+            record_execution(ctx, &jobs, times);
             for (job, outputs) in jobs.into_iter().zip(per_request) {
                 answer(ctx, job, Ok(outputs), stamps, times);
             }
@@ -396,8 +411,10 @@ fn run_batch(
             tracing::warn!(model = %ctx.model_name, version = ctx.version, error = %e, "execution failed");
             for job in jobs {
                 stamps.record(&job, &[]);
-                ctx.stats
-                    .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
+                if !job.detached {
+                    ctx.stats
+                        .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
+                }
                 job.answer(Err(e.clone()));
             }
         }
@@ -511,8 +528,7 @@ fn run_requests(
         infer: executed - started,
         output: executed.elapsed(),
     };
-    let inferences = jobs.iter().map(|j| j.request.batch_size).sum();
-    ctx.stats.record_execution(inferences, times);
+    record_execution(ctx, &jobs, times);
     // A request-wise instance has no separate input stage.
     let stamps = ComputeStamps {
         started,
@@ -572,6 +588,12 @@ fn answer(
 ) {
     stamps.record(&job, outputs.as_deref().unwrap_or_default());
     let started = stamps.started;
+    if job.detached {
+        if let Err(e) = &outputs {
+            tracing::warn!(model = %ctx.model_name, version = ctx.version, error = %e, "the END step of a reaped sequence failed");
+        }
+        return;
+    }
     match outputs {
         Ok(outputs) => {
             ctx.stats

@@ -26,8 +26,8 @@ pub use seam::{
     unloading,
 };
 pub use sequence::{
-    CorrelationId, DEFAULT_MAX_BACKLOG, Placement, SequenceBatcher, SequenceConfig, SequenceState,
-    SequenceStep, Strategy,
+    CorrelationId, DEFAULT_MAX_BACKLOG, Farewell, Placement, SequenceBatcher, SequenceConfig,
+    SequenceState, SequenceStep, Strategy,
 };
 
 use std::time::Duration;

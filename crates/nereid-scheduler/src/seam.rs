@@ -213,9 +213,10 @@ pub fn start<T: Pending + SequenceStep>(
     instances: usize,
     mut queues: Vec<WorkSender<Dispatch<T>>>,
     inline: Arc<dyn Inline<T>>,
+    farewell: Option<crate::Farewell<T>>,
 ) -> Result<Started<T>, Error> {
     if let Plan::Sequence(config) = plan {
-        let batcher = SequenceBatcher::start(config, queues)?;
+        let batcher = SequenceBatcher::start_with(config, queues, farewell)?;
         return Ok((Box::new(batcher), None));
     }
     let Some(queue) = queues.pop() else {

@@ -170,6 +170,7 @@ struct Shared<T> {
     state: Mutex<State<T>>,
     queues: Vec<WorkSender<Dispatch<T>>>,
     ticker: Arc<Ticker>,
+    farewell: Option<Farewell<T>>,
 }
 
 /// Wakes the reaper thread early: when a batch must go at a time (the
@@ -189,6 +190,11 @@ impl Ticker {
         }
     }
 }
+
+/// Makes the step that tells a model a sequence ends because it was idle
+/// too long (an END request without a client); `None` to release it
+/// silently.
+pub type Farewell<T> = Box<dyn Fn(&CorrelationId) -> Option<T> + Send + Sync>;
 
 /// The sending side of a model's sequence batcher.
 pub struct SequenceBatcher<T> {
@@ -219,6 +225,17 @@ impl<T: SequenceStep> SequenceBatcher<T> {
         config: SequenceConfig,
         queues: Vec<WorkSender<Dispatch<T>>>,
     ) -> Result<SequenceBatcher<T>, Error> {
+        Self::start_with(config, queues, None)
+    }
+
+    /// As [`SequenceBatcher::start`]; a sequence reaped for being idle is
+    /// sent the step `farewell` makes before its slot is released, so that
+    /// the model learns it ended (Triton tells it nothing).
+    pub fn start_with(
+        config: SequenceConfig,
+        queues: Vec<WorkSender<Dispatch<T>>>,
+        farewell: Option<Farewell<T>>,
+    ) -> Result<SequenceBatcher<T>, Error> {
         let slots = config.slots_per_instance.max(1);
         let instances = queues
             .iter()
@@ -245,6 +262,7 @@ impl<T: SequenceStep> SequenceBatcher<T> {
             }),
             queues,
             ticker: Arc::clone(&ticker),
+            farewell,
         });
         start_reaper(Arc::downgrade(&shared), ticker)?;
         Ok(SequenceBatcher { shared })
@@ -569,13 +587,32 @@ impl<T: SequenceStep> Shared<T> {
                         .sequence
                         .as_ref()
                         .is_some_and(|live| now.duration_since(live.last_seen) >= idle);
-                if stale && let Some(live) = slot.sequence.take() {
-                    released.push((i, s, live.id));
+                if !stale {
+                    continue;
+                }
+                // With a farewell the slot keeps its sequence until that
+                // END step has gone; without, it is free now.
+                let farewell = slot
+                    .sequence
+                    .as_ref()
+                    .and_then(|live| this.farewell.as_ref().and_then(|make| make(&live.id)));
+                match farewell {
+                    Some(step) => {
+                        if let Some(live) = &slot.sequence {
+                            released.push((i, s, live.id.clone(), false));
+                        }
+                        slot.pending.push_back((step, now));
+                    }
+                    None => {
+                        if let Some(live) = slot.sequence.take() {
+                            released.push((i, s, live.id, true));
+                        }
+                    }
                 }
             }
         }
-        for (instance, slot, id) in released {
-            tracing::warn!(model = %this.config.model, sequence = %id, idle_ms = idle.as_millis() as u64, "a sequence was idle longer than max_sequence_idle_microseconds; its slot is released and a later request for it needs START");
+        for (instance, slot, id, freed) in released {
+            tracing::warn!(model = %this.config.model, sequence = %id, idle_ms = idle.as_millis() as u64, told = !freed, "a sequence was idle longer than max_sequence_idle_microseconds; its slot is released (after an END step tells the model, when told) and a later request for it needs START");
             if state.live.get(&id) == Some(&Where::Slot { instance, slot }) {
                 state.live.remove(&id);
             }
@@ -583,7 +620,9 @@ impl<T: SequenceStep> Shared<T> {
             this.config
                 .reaped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            this.fill(&mut state, instance, slot);
+            if freed {
+                this.fill(&mut state, instance, slot);
+            }
         }
         // Every idle instance looks again: a queue delay may have passed.
         let batches: Vec<_> = (0..state.instances.len())

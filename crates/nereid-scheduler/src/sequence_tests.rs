@@ -336,3 +336,49 @@ fn oldest_waits_for_answered_sequences_to_reach_a_larger_preferred_size() {
         [12, 13, 14, 15]
     );
 }
+
+#[test]
+fn a_reaped_sequence_gets_its_farewell_before_the_slot_goes() {
+    let (sender, queue) = unbounded();
+    let (reject_to, _rejected) = crossbeam_channel::unbounded();
+    let config = SequenceConfig {
+        model: "acc".into(),
+        strategy: direct(0, 0.0),
+        slots_per_instance: 1,
+        idle: Duration::from_millis(100),
+        max_backlog: 8,
+        reaped: Default::default(),
+    };
+    let to = reject_to.clone();
+    let farewell: Farewell<Step> = Box::new(move |id| {
+        Some(Step {
+            id: id.clone(),
+            n: 999,
+            start: false,
+            end: true,
+            placed: None,
+            rejected: to.clone(),
+        })
+    });
+    let batcher = SequenceBatcher::start_with(config, vec![sender], Some(farewell)).unwrap();
+    let step = |id, n, start| Step {
+        id: CorrelationId::Int(id),
+        n,
+        start,
+        end: false,
+        placed: None,
+        rejected: reject_to.clone(),
+    };
+    batcher.submit(step(1, 1, true)).unwrap();
+    drop(queue.recv_timeout(Duration::from_secs(5)).unwrap());
+    batcher.submit(step(2, 2, true)).unwrap();
+    batcher.reap(Instant::now() + Duration::from_millis(150));
+    // Sequence 1's END step goes first, then sequence 2 takes the slot.
+    let farewell = queue.recv_timeout(Duration::from_secs(5)).unwrap();
+    let ids: Vec<_> = farewell.items.iter().map(|s| (s.n, s.end)).collect();
+    assert_eq!(ids, [(999, true)]);
+    drop(farewell);
+    let next = queue.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(next.items.iter().map(|s| s.n).collect::<Vec<_>>(), [2]);
+    assert_eq!(batcher.reaped(), 1);
+}
