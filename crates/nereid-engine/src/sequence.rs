@@ -222,7 +222,8 @@ impl SequenceSetup {
     }
 
     /// A row for a slot without a request in this batch: `like`'s inputs
-    /// as zeros, READY false, the initial state, no outputs.
+    /// (a client's request, before `step_row` added anything) as zeros,
+    /// READY false, the initial state, no outputs.
     pub fn idle_row(&self, like: &ValidatedRequest) -> ValidatedRequest {
         let mut request = InferRequest {
             model_name: like.request.model_name.clone(),
@@ -233,11 +234,7 @@ impl SequenceSetup {
             parameters: Parameters::new(),
             trace: None,
         };
-        let control_names: Vec<&str> = self.control_and_state_names().collect();
         for input in &like.request.inputs {
-            if control_names.contains(&input.name.as_str()) {
-                continue;
-            }
             request.inputs.push(InputTensor {
                 name: input.name.clone(),
                 datatype: input.datatype,
@@ -259,15 +256,6 @@ impl SequenceSetup {
             batch_size: 1,
             outputs: Vec::new(),
         }
-    }
-
-    fn control_and_state_names(&self) -> impl Iterator<Item = &str> {
-        self.controls
-            .iter()
-            .map(|c| match c {
-                Control::Flag { name, .. } | Control::Corrid { name, .. } => name.as_str(),
-            })
-            .chain(self.states.iter().map(|s| s.input.as_str()))
     }
 
     fn add_inputs(

@@ -161,8 +161,6 @@ struct State<T> {
     instances: Vec<Instance<T>>,
     live: HashMap<CorrelationId, Where>,
     backlog: VecDeque<Waiting<T>>,
-    /// Sequences released for being idle, since the start.
-    reaped: u64,
 }
 
 struct Shared<T> {
@@ -258,7 +256,6 @@ impl<T: SequenceStep> SequenceBatcher<T> {
                 instances,
                 live: HashMap::new(),
                 backlog: VecDeque::new(),
-                reaped: 0,
             }),
             queues,
             ticker: Arc::clone(&ticker),
@@ -276,7 +273,10 @@ impl<T: SequenceStep> SequenceBatcher<T> {
 
     /// Sequences released for being idle, since the start.
     pub fn reaped(&self) -> u64 {
-        self.shared.state.lock().reaped
+        self.shared
+            .config
+            .reaped
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Releases the sequences idle at `now` (the reaper calls it too).
@@ -616,7 +616,6 @@ impl<T: SequenceStep> Shared<T> {
             if state.live.get(&id) == Some(&Where::Slot { instance, slot }) {
                 state.live.remove(&id);
             }
-            state.reaped += 1;
             this.config
                 .reaped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
