@@ -21,7 +21,8 @@
 //!
 //! The state is plain data behind a mutex: submission, the answer of a
 //! batch (its permit) and the reaper each lock it briefly; nothing waits
-//! while holding it.
+//! while holding it. Every decision reads the time from the batcher's
+//! [`Clock`], which tests pause and move by hand.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
@@ -169,6 +170,56 @@ struct Shared<T> {
     queues: Vec<WorkSender<Dispatch<T>>>,
     ticker: Arc<Ticker>,
     farewell: Option<Farewell<T>>,
+    clock: Clock,
+}
+
+/// Where the batcher reads the time.
+#[derive(Clone, Default)]
+enum Clock {
+    /// The system's monotonic clock; a reaper thread acts on it.
+    #[default]
+    System,
+    /// A clock that moves only when a test moves it; no reaper thread
+    /// runs, the test ticks the batcher itself.
+    #[cfg(test)]
+    Paused(Arc<PausedClock>),
+}
+
+impl Clock {
+    fn now(&self) -> Instant {
+        match self {
+            Clock::System => Instant::now(),
+            #[cfg(test)]
+            Clock::Paused(clock) => clock.now(),
+        }
+    }
+}
+
+/// A paused clock for tests: it reads a fixed start plus the time it was
+/// moved forward by.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct PausedClock {
+    start: Instant,
+    moved: Mutex<Duration>,
+}
+
+#[cfg(test)]
+impl PausedClock {
+    pub(crate) fn new() -> Arc<PausedClock> {
+        Arc::new(PausedClock {
+            start: Instant::now(),
+            moved: Mutex::new(Duration::ZERO),
+        })
+    }
+
+    pub(crate) fn now(&self) -> Instant {
+        self.start + *self.moved.lock()
+    }
+
+    pub(crate) fn advance(&self, by: Duration) {
+        *self.moved.lock() += by;
+    }
 }
 
 /// Wakes the reaper thread early: when a batch must go at a time (the
@@ -234,6 +285,28 @@ impl<T: SequenceStep> SequenceBatcher<T> {
         queues: Vec<WorkSender<Dispatch<T>>>,
         farewell: Option<Farewell<T>>,
     ) -> Result<SequenceBatcher<T>, Error> {
+        Self::start_on(config, queues, farewell, Clock::System)
+    }
+
+    /// As [`SequenceBatcher::start_with`], on a paused clock: nothing
+    /// happens by itself as time passes; [`SequenceBatcher::tick`] acts.
+    #[cfg(test)]
+    pub(crate) fn start_paused(
+        config: SequenceConfig,
+        queues: Vec<WorkSender<Dispatch<T>>>,
+        farewell: Option<Farewell<T>>,
+        clock: Arc<PausedClock>,
+    ) -> SequenceBatcher<T> {
+        Self::start_on(config, queues, farewell, Clock::Paused(clock))
+            .expect("no thread to start on a paused clock")
+    }
+
+    fn start_on(
+        config: SequenceConfig,
+        queues: Vec<WorkSender<Dispatch<T>>>,
+        farewell: Option<Farewell<T>>,
+        clock: Clock,
+    ) -> Result<SequenceBatcher<T>, Error> {
         let slots = config.slots_per_instance.max(1);
         let instances = queues
             .iter()
@@ -260,15 +333,18 @@ impl<T: SequenceStep> SequenceBatcher<T> {
             queues,
             ticker: Arc::clone(&ticker),
             farewell,
+            clock,
         });
-        start_reaper(Arc::downgrade(&shared), ticker)?;
+        if matches!(shared.clock, Clock::System) {
+            start_reaper(Arc::downgrade(&shared), ticker)?;
+        }
         Ok(SequenceBatcher { shared })
     }
 
     /// Routes `item` to its sequence's slot, a free slot (a START) or the
     /// backlog, and sends whatever batch that makes ready.
     pub fn submit(&self, item: T) -> Result<(), Error> {
-        Shared::submit(&self.shared, item, Instant::now())
+        Shared::submit(&self.shared, item, self.shared.clock.now())
     }
 
     /// Sequences released for being idle, since the start.
@@ -279,9 +355,10 @@ impl<T: SequenceStep> SequenceBatcher<T> {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Releases the sequences idle at `now` (the reaper calls it too).
-    pub fn reap(&self, now: Instant) {
-        Shared::reap(&self.shared, now);
+    /// Releases the sequences idle now and sends the batches whose queue
+    /// delay has passed, as the reaper thread does now and then.
+    pub fn tick(&self) {
+        Shared::reap(&self.shared, self.shared.clock.now());
     }
 }
 
@@ -557,7 +634,7 @@ impl<T: SequenceStep> Shared<T> {
 
     /// `instance` finished its batch: it takes the next one.
     fn finished(this: &Arc<Self>, instance: usize) {
-        let now = Instant::now();
+        let now = this.clock.now();
         let mut state = this.state.lock();
         let target = &mut state.instances[instance];
         target.busy = false;
@@ -684,7 +761,7 @@ fn start_reaper<T: SequenceStep>(
                 let Some(shared) = shared.upgrade() else {
                     return;
                 };
-                Shared::reap(&shared, Instant::now());
+                Shared::reap(&shared, shared.clock.now());
             }
         })
         .map(drop)

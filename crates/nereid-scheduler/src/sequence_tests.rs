@@ -1,7 +1,9 @@
 //! The sequence batcher's slots, backlog and reaping, with instance queues
-//! read by the test.
+//! read by the test, on a paused clock: the batcher acts only inside the
+//! test's own calls (a submission, a dropped permit, a tick), so every
+//! batch is in its queue when the call returns and the tests never sleep.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nereid_core::Error;
 
@@ -38,6 +40,7 @@ impl SequenceStep for Step {
 
 struct Rig {
     batcher: SequenceBatcher<Step>,
+    clock: Arc<PausedClock>,
     queues: Vec<WorkReceiver<Dispatch<Step>>>,
     rejected: crossbeam_channel::Receiver<(u32, String)>,
     reject_to: crossbeam_channel::Sender<(u32, String)>,
@@ -79,8 +82,10 @@ fn rig_with(
         reaped: Default::default(),
     };
     let (reject_to, rejected) = crossbeam_channel::unbounded();
+    let clock = PausedClock::new();
     Rig {
-        batcher: SequenceBatcher::start(config, senders).unwrap(),
+        batcher: SequenceBatcher::start_paused(config, senders, None, Arc::clone(&clock)),
+        clock,
         queues,
         rejected,
         reject_to,
@@ -88,7 +93,10 @@ fn rig_with(
 }
 
 impl Rig {
+    /// Submits a step a microsecond after the one before, so that arrival
+    /// order is time order.
     fn send(&self, id: u64, n: u32, start: bool, end: bool) {
+        self.clock.advance(Duration::from_micros(1));
         self.batcher
             .submit(Step {
                 id: CorrelationId::Int(id),
@@ -101,10 +109,22 @@ impl Rig {
             .unwrap();
     }
 
-    /// The next batch of `instance`: (step number, row, rows) per request.
+    /// Moves the clock on by `ms` and lets the batcher act on it.
+    fn wait(&self, ms: u64) {
+        self.clock.advance(Duration::from_millis(ms));
+        self.batcher.tick();
+    }
+
+    /// The refused request's step number and the error's words.
+    fn refused(&self) -> (u32, String) {
+        self.rejected.try_recv().expect("a refusal")
+    }
+
+    /// The batch `instance` has been sent: (step number, row, rows) per
+    /// request.
     fn batch(&self, instance: usize) -> (Vec<(u32, usize, usize)>, Option<SlotPermit>) {
         let dispatch = self.queues[instance]
-            .recv_timeout(Duration::from_secs(5))
+            .recv_timeout(Duration::ZERO)
             .expect("a batch");
         let rows = dispatch
             .items
@@ -118,11 +138,7 @@ impl Rig {
     }
 
     fn nothing(&self, instance: usize) {
-        assert!(
-            self.queues[instance]
-                .recv_timeout(Duration::from_millis(50))
-                .is_err()
-        );
+        assert!(self.queues[instance].recv_timeout(Duration::ZERO).is_err());
     }
 }
 
@@ -152,7 +168,7 @@ fn sequences_share_a_batch_one_request_each_in_order() {
 fn a_request_without_start_for_an_unknown_sequence_is_refused() {
     let r = rig(1, 1, LONG, 8);
     r.send(5, 1, false, false);
-    let (n, message) = r.rejected.recv_timeout(Duration::from_secs(5)).unwrap();
+    let (n, message) = r.refused();
     assert_eq!(n, 1);
     assert_eq!(
         message,
@@ -163,10 +179,7 @@ fn a_request_without_start_for_an_unknown_sequence_is_refused() {
     let (batch, _permit) = r.batch(0);
     assert_eq!(batch, [(2, 0, 1)]);
     r.send(6, 3, false, false);
-    assert_eq!(
-        r.rejected.recv_timeout(Duration::from_secs(5)).unwrap().0,
-        3
-    );
+    assert_eq!(r.refused().0, 3);
 }
 
 #[test]
@@ -205,7 +218,7 @@ fn a_full_backlog_refuses_new_sequences_at_once() {
     let _running = r.batch(0);
     r.send(2, 2, true, false);
     r.send(3, 3, true, false);
-    let (n, message) = r.rejected.recv_timeout(Duration::from_secs(5)).unwrap();
+    let (n, message) = r.refused();
     assert_eq!(n, 3);
     assert!(message.contains("model 'acc' rejected"), "{message}");
 }
@@ -217,27 +230,26 @@ fn an_idle_sequence_loses_its_slot_to_a_waiting_one() {
     let (_, permit) = r.batch(0);
     drop(permit);
     r.send(2, 2, true, false);
+    r.wait(99);
     r.nothing(0);
-    r.batcher.reap(Instant::now() + Duration::from_millis(150));
+    assert_eq!(r.batcher.reaped(), 0);
+    r.wait(1);
     assert_eq!(r.batch(0).0, [(2, 0, 1)]);
     assert_eq!(r.batcher.reaped(), 1);
     r.send(1, 3, false, false);
-    assert_eq!(
-        r.rejected.recv_timeout(Duration::from_secs(5)).unwrap().0,
-        3
-    );
+    assert_eq!(r.refused().0, 3);
 }
 
 #[test]
 fn every_request_of_a_sequence_sees_the_same_state() {
     let r = rig(1, 1, LONG, 8);
     r.send(1, 1, true, false);
-    let d = r.queues[0].recv_timeout(Duration::from_secs(5)).unwrap();
+    let d = r.queues[0].recv_timeout(Duration::ZERO).unwrap();
     let state = d.items[0].placed.as_ref().unwrap().state.clone();
     *state.lock() = Some(Vec::new());
     drop(d);
     r.send(1, 2, false, true);
-    let d = r.queues[0].recv_timeout(Duration::from_secs(5)).unwrap();
+    let d = r.queues[0].recv_timeout(Duration::ZERO).unwrap();
     let again = &d.items[0].placed.as_ref().unwrap().state;
     assert!(Arc::ptr_eq(&state, again));
 }
@@ -267,9 +279,10 @@ fn oldest_holds_a_batch_below_every_preferred_size_for_the_delay() {
     // Sequence 2 has a request, sequence 1 none: one of two live, below
     // the preferred 4, so it waits for the delay, then goes.
     r.nothing(0);
-    let started = Instant::now();
+    r.wait(199);
+    r.nothing(0);
+    r.wait(1);
     assert_eq!(r.batch(0).0, [(2, 0, 1)]);
-    assert!(started.elapsed() >= Duration::from_millis(100));
 }
 
 #[test]
@@ -289,6 +302,7 @@ fn direct_waits_for_the_slot_utilization_at_most_the_delay() {
     // Four slots, at least half with a request, at most 200 ms.
     let r = rig_with(direct(200, 0.5), 1, 4, LONG, 8);
     r.send(1, 1, true, false);
+    r.wait(150);
     r.nothing(0);
     r.send(2, 2, true, false);
     // Two of four slots: the batch goes.
@@ -298,10 +312,11 @@ fn direct_waits_for_the_slot_utilization_at_most_the_delay() {
 #[test]
 fn direct_sends_below_the_utilization_once_the_delay_passed() {
     let r = rig_with(direct(100, 0.75), 1, 4, LONG, 8);
-    let started = Instant::now();
     r.send(1, 1, true, false);
+    r.wait(99);
+    r.nothing(0);
+    r.wait(1);
     assert_eq!(r.batch(0).0, [(1, 0, 1)]);
-    assert!(started.elapsed() >= Duration::from_millis(90));
 }
 
 #[test]
@@ -360,7 +375,9 @@ fn a_reaped_sequence_gets_its_farewell_before_the_slot_goes() {
             rejected: to.clone(),
         })
     });
-    let batcher = SequenceBatcher::start_with(config, vec![sender], Some(farewell)).unwrap();
+    let clock = PausedClock::new();
+    let batcher =
+        SequenceBatcher::start_paused(config, vec![sender], Some(farewell), Arc::clone(&clock));
     let step = |id, n, start| Step {
         id: CorrelationId::Int(id),
         n,
@@ -370,15 +387,16 @@ fn a_reaped_sequence_gets_its_farewell_before_the_slot_goes() {
         rejected: reject_to.clone(),
     };
     batcher.submit(step(1, 1, true)).unwrap();
-    drop(queue.recv_timeout(Duration::from_secs(5)).unwrap());
+    drop(queue.recv_timeout(Duration::ZERO).unwrap());
     batcher.submit(step(2, 2, true)).unwrap();
-    batcher.reap(Instant::now() + Duration::from_millis(150));
+    clock.advance(Duration::from_millis(100));
+    batcher.tick();
     // Sequence 1's END step goes first, then sequence 2 takes the slot.
-    let farewell = queue.recv_timeout(Duration::from_secs(5)).unwrap();
+    let farewell = queue.recv_timeout(Duration::ZERO).unwrap();
     let ids: Vec<_> = farewell.items.iter().map(|s| (s.n, s.end)).collect();
     assert_eq!(ids, [(999, true)]);
     drop(farewell);
-    let next = queue.recv_timeout(Duration::from_secs(5)).unwrap();
+    let next = queue.recv_timeout(Duration::ZERO).unwrap();
     assert_eq!(next.items.iter().map(|s| s.n).collect::<Vec<_>>(), [2]);
     assert_eq!(batcher.reaped(), 1);
 }
