@@ -66,6 +66,16 @@ _INTERNAL_CODE = (
 )
 
 
+def _is_decoupled(model_config):
+    """Whether a model config (JSON text, as `initialize` args hold it) makes
+    the model decoupled."""
+    try:
+        config = json.loads(model_config) if isinstance(model_config, str) else {}
+        return bool((config.get("model_transaction_policy") or {}).get("decoupled"))
+    except (ValueError, AttributeError):
+        return False
+
+
 class ContractError(Exception):
     """`execute` broke Triton's contract (wrong return value). Triton words
     these without exception type or traceback."""
@@ -141,8 +151,10 @@ class Worker:
         self.model = None
         self.model_file = ""
         self.instance_name = ""
-        self.response_blocks = []
         self.executes = 0
+        # A decoupled batch's cancellation sets, kept up to date until the
+        # next execute (its requests may still be answered meanwhile).
+        self.streaming = []
 
     def route(self, message):
         """Handle what the thread reading frames got (see Inbox): a
@@ -265,6 +277,7 @@ class Worker:
                 for key, value in args.items()
             }
             self.instance_name = args.get("model_instance_name") or args.get("model_name", "")
+            self.runtime.decoupled = _is_decoupled(args.get("model_config"))
             self.model_file = os.path.abspath(_expect(message.get("model_file"), str, "'model_file'"))
             model = self.import_model(self.model_file).TritonPythonModel()
             if hasattr(model, "initialize"):
@@ -282,8 +295,12 @@ class Worker:
     def execute(self, message):
         """Run the model on an execute frame's requests and answer."""
         cancelled = message.pop("_cancelled")
+        keep_tracking = False
         try:
             self.release_response_blocks()
+            for earlier in self.streaming:
+                self.runtime.untrack(earlier)
+            self.streaming = []
             self.executes += 1
             if self.executes % _PRUNE_EVERY == 0:
                 self.runtime.files.prune()
@@ -299,7 +316,10 @@ class Worker:
             except ChannelClosed:
                 raise
             except _MODEL_ERRORS as error:
-                self.release_response_blocks()
+                # The server answers what is left of each request with this
+                # error; the senders take nothing more.
+                for request in requests:
+                    request._closed = True
                 text = str(error) if isinstance(error, ContractError) else triton_error_text(error)
                 failure = (
                     f"Failed to process the request(s) for model '{self.instance_name}', "
@@ -308,10 +328,14 @@ class Worker:
                 self.writer.send({"op": "responses", "responses": None,
                                   "error": {"message": failure, "code": "INTERNAL"}})
             else:
+                keep_tracking = self.runtime.decoupled
                 responses = ",".join(responses)
                 self.writer.send_json(f'{{"op":"responses","responses":[{responses}],"error":null}}')
         finally:
-            self.runtime.untrack(cancelled)
+            if keep_tracking:
+                self.streaming.append(cancelled)
+            else:
+                self.runtime.untrack(cancelled)
         return None
 
     def build_requests(self, message, cancelled):
@@ -358,12 +382,27 @@ class Worker:
 
     def run_model(self, requests):
         """Call execute and encode its responses (the answer's "responses",
-        as JSON texts)."""
+        as JSON texts; "null" for a request answered through its response
+        sender). A decoupled model's `async def execute` runs on in the
+        background, as in Triton."""
         if not hasattr(self.model, "execute"):
             raise ContractError(f"Python model {self.model_file} does not implement `execute` method.")
         result = self.model.execute(requests)
         if type(result) is not list and asyncio.iscoroutine(result):
-            result = self.runtime.run_coroutine(result)
+            if self.runtime.decoupled:
+                self.runtime.run_in_background(result, lambda error: self.fail_stream(requests, error))
+                result = None
+            else:
+                result = self.runtime.run_coroutine(result)
+        if result is None:
+            if self.runtime.decoupled:
+                return ["null"] * len(requests)
+            result = [None] * len(requests)
+        elif self.runtime.decoupled:
+            raise ContractError(
+                f"Python model '{self.instance_name}' is using the decoupled mode and the "
+                "execute function must return None."
+            )
         if not isinstance(result, list):
             raise ContractError(f"Expected a list in the execute return, found type '{type(result)}'.")
         if len(result) != len(requests):
@@ -372,32 +411,43 @@ class Worker:
                 f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, "
                 f"and InferenceResponse(s) size is:{len(result)}\n"
             )
-        for response in result:
+        encoded = []
+        for response, request in zip(result, requests):
+            if response is None:
+                encoded.append("null")
+                continue
             if not isinstance(response, InferenceResponse):
                 raise ContractError(
                     "Expected an 'InferenceResponse' object in the execute function "
                     f"return list, found type '{type(response)}'."
                 )
-        return [self.encode_response(response, request) for response, request in zip(result, requests)]
+            if request._closed:
+                raise ContractError(
+                    "Unable to send response. Response sender has been closed."
+                )
+            request._closed = True
+            encoded.append(self.runtime.encode_response(response, request._requested_output_names))
+        return encoded
 
-    def encode_response(self, response, request):
-        """One entry of the answer's "responses", as JSON text."""
-        parameters = to_json(response._parameters) if response._parameters else "{}"
-        error = response._error
-        if error is not None:
-            error = to_json({"message": error.message(), "code": error.code().name})
-            return f'{{"outputs":[],"error":{error},"parameters":{parameters}}}'
-        wanted = request._requested_output_names
-        tensors = [tensor for tensor in response._output_tensors if tensor._name in wanted]
-        descriptors, block = write_tensors(tensors, self.arena)
-        self.response_blocks.append(block)
-        return f'{{"outputs":[{",".join(descriptors)}],"error":null,"parameters":{parameters}}}'
+    def fail_stream(self, requests, error):
+        """A decoupled model's background `async def execute` raised: each
+        request still open gets the error as its last response."""
+        text = triton_error_text(error)
+        message = f"Failed to process the request(s) for model '{self.instance_name}', message: {text}"
+        self.runtime.log("error", message, __file__, 0)
+        body = json.dumps({"outputs": [], "error": {"message": message, "code": "INTERNAL"}})
+        for request in requests:
+            if not request._closed:
+                request._closed = True
+                try:
+                    self.runtime.send_response(request._key, body, True)
+                except ChannelClosed:
+                    return
 
     def release_response_blocks(self):
-        """Free the last answer's output regions: the server has copied them
-        before sending the frame now being handled."""
-        self.arena.free(*self.response_blocks)
-        self.response_blocks = []
+        """Free the output regions of the responses sent so far: the server
+        has copied them before sending the frame now being handled."""
+        self.runtime.release_responses()
 
     def finalize(self, message):
         self.finalize_model()

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use nereid_core::{
     BackendError, Batch, BatchRequest, DataType, InferRequest, InferService, InputTensor,
-    ModelInstance, Parameter, Parameters, RequestWise, RequestedOutput, Tensor,
+    ModelInstance, Parameter, Parameters, RequestWise, RequestedOutput, Responder, Tensor,
 };
 use serde_json::{Map, Value, json};
 
@@ -136,8 +136,11 @@ impl PythonInstance {
     }
 
     /// Reads the worker's answer to an execute of `requests`, whose ids
-    /// run up to `self.next_id`; meanwhile runs the worker's BLS calls and
-    /// tells it of requests whose clients stopped waiting.
+    /// run up to `self.next_id`; meanwhile runs the worker's BLS calls,
+    /// passes on the responses its response senders send, and tells it of
+    /// requests whose clients stopped waiting. A decoupled model's batch
+    /// is done once its execute has returned and every request has had
+    /// its final flag, however late.
     fn answers(
         &mut self,
         requests: &[BatchRequest<'_>],
@@ -145,8 +148,15 @@ impl PythonInstance {
         let count = requests.len();
         let first_id = self.next_id + 1 - count as u64;
         let mut told = vec![false; count];
+        let mut streams = Streams::new(requests);
         let deadline = Instant::now() + EXECUTE_TIMEOUT;
-        let frame = loop {
+        let mut answer: Option<Value> = None;
+        loop {
+            if let Some(frame) = &answer {
+                if streams.all_final() || !frame["error"].is_null() || frame["op"] == "error" {
+                    break;
+                }
+            }
             let cancelled: Vec<String> = (0u64..)
                 .zip(requests)
                 .zip(&mut told)
@@ -172,18 +182,39 @@ impl PythonInstance {
                 }
                 Err(e) => return Err(self.fail(e)),
             };
-            if frame["op"] == "bls" {
-                let response = self.bls(&frame["request"]);
-                let answer =
-                    json!({"op": "bls_response", "tag": frame["tag"], "response": response});
-                self.worker.send(&answer).map_err(|e| self.fail(e))?;
-                continue;
+            match frame["op"].as_str() {
+                Some("bls") => {
+                    let response = self.bls(&frame["request"], frame["decoupled"] == true);
+                    let answer =
+                        json!({"op": "bls_response", "tag": frame["tag"], "response": response});
+                    self.worker.send(&answer).map_err(|e| self.fail(e))?;
+                }
+                Some("bls_release") => {}
+                Some("response") => {
+                    let index = frame["id"]
+                        .as_str()
+                        .and_then(|id| id.parse::<u64>().ok())
+                        .and_then(|id| id.checked_sub(first_id))
+                        .filter(|&i| i < count as u64);
+                    let Some(index) = index else {
+                        tracing::warn!(worker = %self.label, id = %frame["id"], "a response for a request not in the running batch was dropped");
+                        continue;
+                    };
+                    let response = match &frame["response"] {
+                        Value::Null => None,
+                        response => Some(self.response(response)),
+                    };
+                    streams.send(index as usize, response, frame["final"] == true);
+                }
+                _ if answer.is_none() => answer = Some(frame),
+                _ => {
+                    return Err(
+                        self.fail(format_args!("the worker sent an unexpected frame: {frame}"))
+                    );
+                }
             }
-            if frame["op"] == "bls_release" {
-                continue;
-            }
-            break frame;
-        };
+        }
+        let frame = answer.unwrap_or_default();
         if frame["op"] == "error" {
             return Err(self.fail(
                 frame["message"]
@@ -203,7 +234,14 @@ impl PythonInstance {
                 responses.len()
             )));
         }
-        Ok(responses.iter().map(|r| self.response(r)).collect())
+        Ok(responses
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match r {
+                Value::Null => streams.result(i),
+                r => self.response(r),
+            })
+            .collect())
     }
 
     fn response(&mut self, response: &Value) -> Result<Vec<Tensor>, BackendError> {
@@ -254,8 +292,9 @@ impl PythonInstance {
 
     /// Runs a model's BLS call through the server and says how it went, as
     /// a `bls_response`'s `response`: a failure is the call's answer, never
-    /// the batch's.
-    fn bls(&mut self, request: &Value) -> Value {
+    /// the batch's. A `decoupled` call answers every response the model
+    /// sent, in `responses`, once the last has come.
+    fn bls(&mut self, request: &Value, decoupled: bool) -> Value {
         let error = |message: String, code: &str| json!({"outputs": [], "error": {"message": message, "code": code}});
         let Some(service) = self.service.get().cloned() else {
             return error(
@@ -268,17 +307,49 @@ impl PythonInstance {
             Err(e) => return error(e.to_string(), "INVALID_ARG"),
         };
         let model = request.model_name.clone();
-        let response = match service.infer_blocking(request) {
-            Ok(response) => response,
-            // Triton's words for a failed BLS call.
-            Err(e) => {
-                let message = format!(
-                    "Model {model} - Error when running inference: {}",
-                    e.message()
-                );
-                return error(message, code_name(e.kind()));
-            }
+        // Triton's words for a failed BLS call.
+        let failed = |e: nereid_core::Error| {
+            let message = format!(
+                "Model {model} - Error when running inference: {}",
+                e.message()
+            );
+            error(message, code_name(e.kind()))
         };
+        if decoupled {
+            let responses = match service.infer_all_blocking(request) {
+                Ok(responses) => responses,
+                Err(e) => return failed(e),
+            };
+            let responses: Vec<Value> = responses
+                .into_iter()
+                .map(|r| match r {
+                    Ok(response) => self.bls_answer(&response),
+                    Err(e) => failed(e),
+                })
+                .collect();
+            return json!({"responses": responses, "error": null});
+        }
+        if self
+            .service
+            .get()
+            .is_some_and(|s| s.is_decoupled(&model, request.model_version))
+        {
+            return error(
+                format!(
+                    "Model {model} is using the decoupled. The current BLS request call doesn't support models using the decoupled transaction policy. Please use 'decoupled=True' argument to the 'exec' or 'async_exec' calls for decoupled models.'"
+                ),
+                "INTERNAL",
+            );
+        }
+        match service.infer_blocking(request) {
+            Ok(response) => self.bls_answer(&response),
+            Err(e) => failed(e),
+        }
+    }
+
+    /// One BLS answer as the worker reads it, its outputs copied into the
+    /// BLS arena.
+    fn bls_answer(&mut self, response: &nereid_core::InferResponse) -> Value {
         let outputs: Result<Vec<Value>, std::io::Error> = response
             .outputs
             .iter()
@@ -291,10 +362,10 @@ impl PythonInstance {
             Ok(outputs) => {
                 json!({"outputs": outputs, "error": null, "parameters": parameters(&response.parameters)})
             }
-            Err(e) => error(
-                format!("cannot place the answer in shared memory: {e}"),
-                "INTERNAL",
-            ),
+            Err(e) => json!({"outputs": [], "error": {
+                "message": format!("cannot place the answer in shared memory: {e}"),
+                "code": "INTERNAL",
+            }}),
         }
     }
 
@@ -514,6 +585,7 @@ impl ModelInstance for PythonInstance {
             request: &request,
             outputs: &batch.outputs,
             cancelled: &|| false,
+            responder: None,
         }];
         self.execute_requests(&requests)
             .pop()
@@ -543,4 +615,67 @@ fn sequence_of(parameters: &nereid_core::Parameters) -> (serde_json::Value, u32)
         _ => 0,
     };
     (id, flag("sequence_start", 1) | flag("sequence_end", 2))
+}
+
+/// The responses a batch's requests get through response senders: passed
+/// on to a decoupled model's responders as they come, kept for a model
+/// that is not decoupled (its one response, sent instead of returned).
+struct Streams<'a> {
+    responders: Vec<Option<&'a dyn Responder>>,
+    finals: Vec<bool>,
+    kept: Vec<Option<Result<Vec<Tensor>, BackendError>>>,
+}
+
+impl<'a> Streams<'a> {
+    fn new(requests: &[BatchRequest<'a>]) -> Self {
+        Streams {
+            responders: requests.iter().map(|r| r.responder).collect(),
+            finals: vec![false; requests.len()],
+            kept: requests.iter().map(|_| None).collect(),
+        }
+    }
+
+    fn send(
+        &mut self,
+        index: usize,
+        response: Option<Result<Vec<Tensor>, BackendError>>,
+        last: bool,
+    ) {
+        if self.finals[index] {
+            return;
+        }
+        self.finals[index] = last;
+        match self.responders[index] {
+            Some(responder) => responder.send(
+                response.map(|r| r.map_err(BackendError::into_request_error)),
+                last,
+            ),
+            None => {
+                if self.kept[index].is_none() {
+                    self.kept[index] = response;
+                }
+            }
+        }
+    }
+
+    /// Whether every request a responder waits on has had its final flag.
+    fn all_final(&self) -> bool {
+        self.responders
+            .iter()
+            .zip(&self.finals)
+            .all(|(responder, last)| responder.is_none() || *last)
+    }
+
+    /// What request `index` returns when its execute entry is empty: a
+    /// decoupled request has had its responses; another, the one it sent.
+    fn result(&mut self, index: usize) -> Result<Vec<Tensor>, BackendError> {
+        if self.responders[index].is_some() {
+            return Ok(Vec::new());
+        }
+        self.kept[index].take().unwrap_or_else(|| {
+            Err(BackendError::Execute(
+                "the model returned no response for a request and sent none".to_owned(),
+            ))
+        })
+    }
 }

@@ -116,6 +116,7 @@ fn a_batch_runs_as_its_requests_in_one_worker_call() {
             request: r,
             outputs: &outputs,
             cancelled: &|| false,
+            responder: None,
         })
         .collect();
     let results = instance.as_request_wise().unwrap().execute_requests(&batch);
@@ -220,6 +221,7 @@ class TritonPythonModel:
             request: &r,
             outputs: &outputs,
             cancelled: &|| false,
+            responder: None,
         }];
         instance
             .as_request_wise()
@@ -280,11 +282,13 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
             request: &requests[0],
             outputs: &outputs,
             cancelled: &gone,
+            responder: None,
         },
         BatchRequest {
             request: &requests[1],
             outputs: &outputs,
             cancelled: &|| false,
+            responder: None,
         },
     ];
     let mut results = instance
@@ -323,6 +327,7 @@ fn initialize_args(instance: &mut Box<dyn ModelInstance>) -> serde_json::Value {
         request: &request,
         outputs: &outputs,
         cancelled: &|| false,
+        responder: None,
     }];
     let mut results = instance.as_request_wise().unwrap().execute_requests(&batch);
     let tensors = results.pop().unwrap().unwrap();

@@ -14,6 +14,19 @@ pub trait InferService: Send + Sync {
     /// waits for the answer. Called from instance threads, never from async
     /// code.
     fn infer_blocking(&self, request: InferRequest) -> Result<InferResponse, Error>;
+
+    /// As [`InferService::infer_blocking`], for a model of any kind: every
+    /// response, in order, once the last has come (Triton's BLS
+    /// `exec(decoupled=True)`). A final flag sent alone is an empty
+    /// response at the end; a model that is not decoupled gives its one.
+    fn infer_all_blocking(
+        &self,
+        request: InferRequest,
+    ) -> Result<Vec<Result<InferResponse, Error>>, Error>;
+
+    /// Whether the ready model `name` (at `version`) is decoupled; false
+    /// when there is none.
+    fn is_decoupled(&self, name: &str, version: Option<i64>) -> bool;
 }
 
 /// Why a backend could not load or run a model.
@@ -35,6 +48,17 @@ pub enum BackendError {
     /// Python model's error response with a `TritonError` code).
     #[error("{0}")]
     Request(Error),
+}
+
+impl BackendError {
+    /// The error a request's client sees: a request's own error as it is,
+    /// any other as an internal error with its message.
+    pub fn into_request_error(self) -> crate::Error {
+        match self {
+            BackendError::Request(e) => e,
+            other => crate::Error::internal(other.to_string()),
+        }
+    }
 }
 
 /// One input or output the model file declares. `dims` include the batch
@@ -206,6 +230,22 @@ pub struct BatchRequest<'a> {
     /// Whether the client has stopped waiting for this request (closed its
     /// connection, cancelled the RPC); it may change while the batch runs.
     pub cancelled: &'a dyn Fn() -> bool,
+    /// Where the responses go when the model is decoupled
+    /// (`model_transaction_policy { decoupled: true }`): the instance
+    /// sends them here as the model makes them, and its result for the
+    /// request only says whether the execution failed. `None` for other
+    /// models, which answer with their result.
+    pub responder: Option<&'a dyn Responder>,
+}
+
+/// The way a decoupled model answers one request: any number of responses,
+/// each with the outputs the client asked for or an error, then the final
+/// flag (Triton's `TRITONSERVER_RESPONSE_COMPLETE_FINAL`), with the last
+/// response or on its own. Nothing is sent after the final flag.
+pub trait Responder {
+    /// Sends `response` (`None`: the final flag alone); `last` marks the
+    /// request complete.
+    fn send(&self, response: Option<Result<Vec<Tensor>, crate::Error>>, last: bool);
 }
 
 impl std::fmt::Debug for BatchRequest<'_> {
@@ -214,6 +254,7 @@ impl std::fmt::Debug for BatchRequest<'_> {
             .field("request", &self.request)
             .field("outputs", &self.outputs)
             .field("cancelled", &(self.cancelled)())
+            .field("decoupled", &self.responder.is_some())
             .finish()
     }
 }

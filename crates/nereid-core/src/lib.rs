@@ -22,7 +22,7 @@ pub mod trace;
 
 pub use backend::{
     Backend, BackendError, Batch, BatchRequest, Device, InferService, IoSpec, ModelInstance,
-    ModelIo, ModelSource, RequestWise,
+    ModelIo, ModelSource, RequestWise, Responder,
 };
 pub use datatype::DataType;
 pub use error::{Error, ErrorKind};

@@ -7,18 +7,57 @@ use std::time::{Duration, Instant};
 
 use nereid_core::{Error, InferResponse, Parameter};
 use nereid_scheduler::{CorrelationId, OrderTicket, Pending, Placement, SequenceStep};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::sequence::SequenceRequest;
 use crate::stats::{FailureReason, ModelStats, PendingMark};
 use crate::validate::ValidatedRequest;
+
+/// One response of a stream: a response or an error, or neither when the
+/// model sent the final flag alone; `last` ends the stream.
+#[derive(Debug)]
+pub struct Streamed {
+    pub response: Option<Result<InferResponse, Error>>,
+    pub last: bool,
+}
+
+/// Where a job's answer goes: one response, or a decoupled model's stream.
+#[derive(Debug)]
+pub enum Reply {
+    Once(oneshot::Sender<Result<InferResponse, Error>>),
+    Stream(mpsc::UnboundedSender<Streamed>),
+}
+
+impl Reply {
+    fn is_closed(&self) -> bool {
+        match self {
+            Reply::Once(reply) => reply.is_closed(),
+            Reply::Stream(stream) => stream.is_closed(),
+        }
+    }
+
+    /// Sends `result` as the whole answer (on a stream: the last response).
+    fn send(self, result: Result<InferResponse, Error>) {
+        match self {
+            Reply::Once(reply) => {
+                let _ = reply.send(result);
+            }
+            Reply::Stream(stream) => {
+                let _ = stream.send(Streamed {
+                    response: Some(result),
+                    last: true,
+                });
+            }
+        }
+    }
+}
 
 /// A validated request waiting for an instance.
 #[derive(Debug)]
 pub struct Job {
     pub request: ValidatedRequest,
     pub enqueued: Instant,
-    reply: oneshot::Sender<Result<InferResponse, Error>>,
+    reply: Reply,
     order: Option<OrderTicket>,
     stats: Arc<ModelStats>,
     /// The request's `priority` parameter (0: the default level).
@@ -37,7 +76,7 @@ pub struct Job {
 impl Job {
     pub fn new(
         request: ValidatedRequest,
-        reply: oneshot::Sender<Result<InferResponse, Error>>,
+        reply: Reply,
         stats: Arc<ModelStats>,
         order: Option<OrderTicket>,
     ) -> Result<Job, Error> {
@@ -66,6 +105,7 @@ impl Job {
         stats: Arc<ModelStats>,
     ) -> Job {
         let (reply, _) = oneshot::channel();
+        let reply = Reply::Once(reply);
         let parameters = &mut request.request.parameters;
         parameters.insert(
             "sequence_id".into(),
@@ -109,12 +149,17 @@ impl Job {
     pub fn answer(self, result: Result<InferResponse, Error>) {
         let reply = self.reply;
         match self.order {
-            Some(ticket) => ticket.deliver(move || {
-                let _ = reply.send(result);
-            }),
-            None => {
-                let _ = reply.send(result);
-            }
+            Some(ticket) => ticket.deliver(move || reply.send(result)),
+            None => reply.send(result),
+        }
+    }
+
+    /// Where a decoupled model's responses to this job go; `None` when the
+    /// job waits for one answer.
+    pub fn stream(&self) -> Option<&mpsc::UnboundedSender<Streamed>> {
+        match &self.reply {
+            Reply::Stream(stream) => Some(stream),
+            Reply::Once(_) => None,
         }
     }
 }

@@ -45,6 +45,7 @@ use nereid_core::{Backend, Error, InferRequest, InferResponse};
 use nereid_repository::Repository;
 use parking_lot::{Mutex, RwLock};
 
+pub use job::Streamed;
 pub use metadata::{ModelMetadata, TensorMetadata};
 pub use model::LoadedVersion;
 pub use options::{ControlMode, EngineOptions, LoadFailure, LoadRequest, ModelControl};
@@ -93,8 +94,9 @@ struct Inner {
     links: Mutex<ensemble::Links>,
     started: AtomicBool,
     stopping: AtomicBool,
-    /// Requests accepted by [`Engine::infer`] and not yet answered.
-    in_flight: AtomicUsize,
+    /// Requests accepted by [`Engine::infer`] and not yet answered, and
+    /// streams not yet ended.
+    in_flight: Arc<AtomicUsize>,
     /// The runtime the engine was made on, when there was one: repository
     /// loads and unloads run on its blocking pool, whichever runtime the
     /// request came in on (a connection thread's may stop first).
@@ -141,7 +143,7 @@ impl Engine {
                 runtime: tokio::runtime::Handle::try_current().ok(),
                 started: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
-                in_flight: AtomicUsize::new(0),
+                in_flight: Arc::new(AtomicUsize::new(0)),
             }),
         }
     }
@@ -347,6 +349,43 @@ impl Engine {
         Ok(response)
     }
 
+    /// Runs one inference on any model: a decoupled model's responses come
+    /// as a stream, as they are made; any other model's answer comes whole.
+    /// Shared memory outputs are for single answers only.
+    pub async fn infer_any(&self, request: InferRequest) -> Result<Answer, Error> {
+        if self.inner.stopping.load(Ordering::SeqCst) {
+            return Err(Error::unavailable("the server is shutting down"));
+        }
+        self.infer_any_accepted(request).await
+    }
+
+    /// As [`Engine::infer_any`], for a request that a request already
+    /// accepted makes (see [`Engine::infer_nested`]).
+    pub async fn infer_any_nested(&self, request: InferRequest) -> Result<Answer, Error> {
+        self.infer_any_accepted(request).await
+    }
+
+    async fn infer_any_accepted(&self, mut request: InferRequest) -> Result<Answer, Error> {
+        let counted = InFlight::enter(&self.inner.in_flight);
+        let model = self.model(&request.model_name, request.model_version)?;
+        if !model.is_decoupled() {
+            drop(counted);
+            return self.infer_accepted(request).await.map(Answer::One);
+        }
+        let plan = self.inner.shared_memory.prepare(&mut request)?;
+        if !plan.is_empty() {
+            return Err(Error::invalid_argument(format!(
+                "model '{}' is decoupled: its outputs cannot go to shared memory regions",
+                model.config.name
+            )));
+        }
+        let responses = model.stream(request)?;
+        Ok(Answer::Stream(ResponseStream {
+            responses,
+            _in_flight: counted,
+        }))
+    }
+
     /// How full the response cache is; `None` when the server has none.
     pub fn cache_usage(&self) -> Option<cache::CacheUsage> {
         self.inner.cache.as_ref().map(cache::ResponseCache::usage)
@@ -433,16 +472,44 @@ impl Engine {
 
 /// Counts a request as in flight until dropped (answered, failed or
 /// abandoned).
-struct InFlight<'a>(&'a AtomicUsize);
+/// What [`Engine::infer_any`] answers.
+#[derive(Debug)]
+pub enum Answer {
+    /// The one answer of a model that is not decoupled.
+    One(InferResponse),
+    /// A decoupled model's responses.
+    Stream(ResponseStream),
+}
 
-impl<'a> InFlight<'a> {
-    fn enter(counter: &'a AtomicUsize) -> InFlight<'a> {
-        counter.fetch_add(1, Ordering::SeqCst);
-        InFlight(counter)
+/// A decoupled model's responses to one request, as the model sends them;
+/// the last is marked. Dropping it cancels the request (the model's
+/// `is_cancelled()` turns true) and ends it for the drain.
+#[derive(Debug)]
+pub struct ResponseStream {
+    responses: tokio::sync::mpsc::UnboundedReceiver<Streamed>,
+    _in_flight: InFlight,
+}
+
+impl ResponseStream {
+    /// The next response; `None` after the last, or when the model lost
+    /// the request without a final flag (its worker died).
+    pub async fn next(&mut self) -> Option<Streamed> {
+        self.responses.recv().await
     }
 }
 
-impl Drop for InFlight<'_> {
+/// Counts a request or stream in flight while it lives.
+#[derive(Debug)]
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn enter(counter: &Arc<AtomicUsize>) -> InFlight {
+        counter.fetch_add(1, Ordering::SeqCst);
+        InFlight(Arc::clone(counter))
+    }
+}
+
+impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }

@@ -11,14 +11,14 @@ use nereid_core::{
     Activity, Backend, Device, Error, ErrorKind, InferRequest, InferResponse, ModelSource,
     TensorActivity,
 };
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use nereid_ensemble::{Composer, Pipeline};
 use nereid_scheduler::{ResponseOrder, Scheduler};
 
 use crate::cache::{CacheScope, ResponseCache};
 use crate::classify::{self, Labels};
-use crate::job::Job;
+use crate::job::{Job, Reply, Streamed};
 use crate::sequence::SequenceSetup;
 use crate::stats::{ComputeTimes, FailureReason, ModelStats};
 use crate::validate::validate;
@@ -173,10 +173,27 @@ impl LoadedVersion {
         }
     }
 
+    /// Whether the model answers through a stream of responses
+    /// (`model_transaction_policy { decoupled: true }`, or an ensemble with
+    /// a decoupled step).
+    pub fn is_decoupled(&self) -> bool {
+        self.config
+            .model_transaction_policy
+            .is_some_and(|p| p.decoupled)
+    }
+
     /// Validates `request`, queues it and waits for its answer. Dropping the
     /// returned future abandons the request: a worker skips it. A traced
-    /// request records its start, its inputs and its end here.
+    /// request records its start, its inputs and its end here. A decoupled
+    /// model's requests go through [`LoadedVersion::stream`].
     pub async fn infer(&self, request: InferRequest) -> Result<InferResponse, Error> {
+        if self.is_decoupled() {
+            self.stats.record_failure(Duration::ZERO);
+            return Err(Error::unsupported(format!(
+                "model '{}' is decoupled: its responses come as a stream (gRPC ModelStreamInfer, or HTTP generate_stream), not as one answer",
+                self.config.name
+            )));
+        }
         let Some(trace) = request.trace.clone() else {
             return self.serve(request).await;
         };
@@ -247,29 +264,78 @@ impl LoadedVersion {
         Ok(response)
     }
 
+    /// Validates `request` for a decoupled model and queues it; its
+    /// responses arrive on the returned channel as the model sends them,
+    /// the last one marked. Dropping the channel abandons the request: the
+    /// model sees it cancelled.
+    pub fn stream(
+        &self,
+        request: InferRequest,
+    ) -> Result<mpsc::UnboundedReceiver<Streamed>, Error> {
+        let enqueued = Instant::now();
+        if let Some(trace) = &request.trace {
+            trace.set_model(&self.config.name, self.version, &request.id);
+            trace.record(Activity::RequestStart);
+        }
+        let checked = classify::requested(&request).and_then(|classes| {
+            if classes.is_empty() {
+                validate(&self.config, request)
+            } else {
+                Err(Error::invalid_argument(format!(
+                    "classification is not supported for the responses of decoupled model '{}'",
+                    self.config.name
+                )))
+            }
+        });
+        let request = checked.inspect_err(|_| self.stats.record_failure(enqueued.elapsed()))?;
+        let (reply, responses) = mpsc::unbounded_channel();
+        self.submit(request, Reply::Stream(reply), enqueued)?;
+        Ok(responses)
+    }
+
     async fn run(
         &self,
         request: crate::ValidatedRequest,
         enqueued: Instant,
     ) -> Result<InferResponse, Error> {
+        if let Runner::Ensemble {
+            pipeline, composer, ..
+        } = &self.runner
+        {
+            return self
+                .run_ensemble(pipeline, composer.as_ref(), request, enqueued)
+                .await;
+        }
+        let (reply, answer) = oneshot::channel();
+        self.submit(request, Reply::Once(reply), enqueued)?;
+        answer.await.map_err(|_| {
+            Error::internal(format!("model '{}' dropped the request", self.config.name))
+        })?
+    }
+
+    /// Queues `request` on the version's instances, its answer to `reply`.
+    fn submit(
+        &self,
+        request: crate::ValidatedRequest,
+        reply: Reply,
+        enqueued: Instant,
+    ) -> Result<(), Error> {
         let (scheduler, order, sequence) = match &self.runner {
             Runner::Instances {
                 scheduler,
                 order,
                 sequence,
             } => (scheduler, order, sequence),
-            Runner::Ensemble {
-                pipeline, composer, ..
-            } => {
-                return self
-                    .run_ensemble(pipeline, composer.as_ref(), request, enqueued)
-                    .await;
+            Runner::Ensemble { .. } => {
+                return Err(Error::unsupported(format!(
+                    "ensemble '{}' has a decoupled step; Nereid does not stream through ensembles yet",
+                    self.config.name
+                )));
             }
         };
         if let Some(trace) = &request.request.trace {
             trace.record(Activity::QueueStart);
         }
-        let (reply, answer) = oneshot::channel();
         let ticket = order.as_ref().map(ResponseOrder::ticket);
         let steps = sequence
             .as_ref()
@@ -288,9 +354,7 @@ impl LoadedVersion {
             self.stats.record_failure_for(enqueued.elapsed(), reason);
             return Err(e);
         }
-        answer.await.map_err(|_| {
-            Error::internal(format!("model '{}' dropped the request", self.config.name))
-        })?
+        Ok(())
     }
 }
 

@@ -203,6 +203,7 @@ fn run_once(
                 request: &r.request,
                 outputs: &r.outputs,
                 cancelled: &never,
+                responder: None,
             })
             .collect();
         let results = request_wise.execute_requests(&requests);

@@ -9,6 +9,7 @@
 //! nothing is queued ([`Instances::try_inline`]): the two thread hand-offs
 //! that cost more than such an execution are skipped.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread;
@@ -17,14 +18,14 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use nereid_core::{
     Activity, Backend, BackendError, BatchRequest, Error, InferResponse, ModelInstance,
-    ModelSource, Parameters, RequestWise, Tensor, TensorActivity,
+    ModelSource, Parameters, RequestWise, Responder, Tensor, TensorActivity,
 };
 use nereid_scheduler::work_queue::WorkReceiver as Receiver;
 use nereid_scheduler::{Dispatch, Pending, SlotPermit};
 use parking_lot::Mutex;
 
 use crate::batch::{gather, pick, scatter};
-use crate::job::Job;
+use crate::job::{Job, Streamed};
 use crate::sequence::SequenceSetup;
 use crate::stats::{ComputeTimes, FailureReason, ModelStats};
 use crate::validate::ValidatedRequest;
@@ -491,13 +492,26 @@ fn run_requests(
 ) -> Outcome {
     let started = Instant::now();
     let cancelled: Vec<_> = jobs.iter().map(|j| move || j.is_abandoned()).collect();
+    let responders: Vec<Option<StreamResponder<'_>>> = jobs
+        .iter()
+        .map(|job| {
+            job.stream().map(|stream| StreamResponder {
+                ctx,
+                job,
+                stream,
+                finished: Cell::new(false),
+            })
+        })
+        .collect();
     let requests: Vec<BatchRequest<'_>> = jobs
         .iter()
         .zip(&cancelled)
-        .map(|(j, cancelled)| BatchRequest {
+        .zip(&responders)
+        .map(|((j, cancelled), responder)| BatchRequest {
             request: &j.request.request,
             outputs: &j.request.outputs,
             cancelled,
+            responder: responder.as_ref().map(|r| r as &dyn Responder),
         })
         .collect();
     let mut outcome = Outcome::Ran;
@@ -535,16 +549,99 @@ fn run_requests(
         inputs_ready: started,
         executed,
     };
-    for (job, result) in jobs.into_iter().zip(results) {
-        let outputs = result
-            .map_err(|e| match e {
-                BackendError::Request(e) => e,
-                other => Error::internal(other.to_string()),
-            })
-            .and_then(|outputs| pick(&job.request.outputs, outputs));
-        answer(ctx, job, outputs, stamps, times);
+    let finished: Vec<Option<bool>> = responders
+        .iter()
+        .map(|r| r.as_ref().map(|r| r.finished.get()))
+        .collect();
+    drop(responders);
+    for ((job, result), finished) in jobs.into_iter().zip(results).zip(finished) {
+        let outputs = result.map_err(|e| match e {
+            BackendError::Request(e) => e,
+            other => Error::internal(other.to_string()),
+        });
+        match finished {
+            None => {
+                let outputs = outputs.and_then(|outputs| pick(&job.request.outputs, outputs));
+                answer(ctx, job, outputs, stamps, times);
+            }
+            Some(finished) => end_stream(ctx, job, outputs.map(drop), finished, stamps, times),
+        }
     }
     outcome
+}
+
+/// Where a decoupled model's responses to one job go: each becomes an
+/// [`InferResponse`] on the job's stream, holding the outputs the request
+/// asked for that the response has.
+struct StreamResponder<'a> {
+    ctx: &'a WorkerContext,
+    job: &'a Job,
+    stream: &'a tokio::sync::mpsc::UnboundedSender<Streamed>,
+    finished: Cell<bool>,
+}
+
+impl Responder for StreamResponder<'_> {
+    fn send(&self, response: Option<Result<Vec<Tensor>, Error>>, last: bool) {
+        if self.finished.get() {
+            tracing::warn!(model = %self.ctx.model_name, "a response after the final flag was dropped");
+            return;
+        }
+        self.finished.set(last);
+        let response = response.map(|outputs| {
+            outputs.map(|mut outputs| {
+                let wanted = &self.job.request.outputs;
+                outputs.retain(|t| wanted.contains(&t.name));
+                outputs.sort_by_key(|t| wanted.iter().position(|n| *n == t.name));
+                InferResponse {
+                    model_name: self.ctx.model_name.clone(),
+                    model_version: self.ctx.version,
+                    id: self.job.request.request.id.clone(),
+                    outputs,
+                    parameters: Parameters::new(),
+                    in_shared_memory: Vec::new(),
+                }
+            })
+        });
+        let _ = self.stream.send(Streamed { response, last });
+    }
+}
+
+/// Ends a decoupled model's job after its execution: counts it, and when
+/// the model sent no final flag, sends one: with the execution's error, or
+/// alone.
+fn end_stream(
+    ctx: &WorkerContext,
+    job: Job,
+    result: Result<(), Error>,
+    finished: bool,
+    stamps: ComputeStamps,
+    times: ComputeTimes,
+) {
+    stamps.record(&job, &[]);
+    if job.detached {
+        return;
+    }
+    match result {
+        Ok(()) => {
+            ctx.stats
+                .record_success(job.enqueued.elapsed(), stamps.started - job.enqueued, times);
+            if !finished && let Some(stream) = job.stream() {
+                let _ = stream.send(Streamed {
+                    response: None,
+                    last: true,
+                });
+            }
+        }
+        Err(e) => {
+            ctx.stats
+                .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
+            if finished {
+                tracing::warn!(model = %ctx.model_name, error = %e, "a decoupled model failed after its final response");
+            } else {
+                job.answer(Err(e));
+            }
+        }
+    }
 }
 
 /// When a batch's compute stages happened, for the traces of its requests.

@@ -13,7 +13,7 @@ use nereid_core::{
     Backend, BackendError, Error, InferRequest, InferResponse, InferService, ModelInstance,
     ModelIo, ModelSource,
 };
-use nereid_engine::Engine;
+use nereid_engine::{Answer, Engine};
 
 use crate::server::ServerConfig;
 
@@ -75,6 +75,47 @@ pub(crate) struct EngineService {
 impl InferService for EngineService {
     fn infer_blocking(&self, request: InferRequest) -> Result<InferResponse, Error> {
         self.runtime.block_on(self.engine.infer_nested(request))
+    }
+
+    fn is_decoupled(&self, name: &str, version: Option<i64>) -> bool {
+        self.engine
+            .model(name, version)
+            .is_ok_and(|m| m.is_decoupled())
+    }
+
+    fn infer_all_blocking(
+        &self,
+        request: InferRequest,
+    ) -> Result<Vec<Result<InferResponse, Error>>, Error> {
+        self.runtime.block_on(async {
+            let (model, version, id) = (
+                request.model_name.clone(),
+                request.model_version,
+                request.id.clone(),
+            );
+            let mut stream = match self.engine.infer_any_nested(request).await? {
+                Answer::One(response) => return Ok(vec![Ok(response)]),
+                Answer::Stream(stream) => stream,
+            };
+            let mut responses = Vec::new();
+            while let Some(streamed) = stream.next().await {
+                match streamed.response {
+                    Some(response) => responses.push(response),
+                    None => responses.push(Ok(InferResponse {
+                        model_name: model.clone(),
+                        model_version: version.unwrap_or(-1),
+                        id: id.clone(),
+                        outputs: Vec::new(),
+                        parameters: Default::default(),
+                        in_shared_memory: Vec::new(),
+                    })),
+                }
+                if streamed.last {
+                    break;
+                }
+            }
+            Ok(responses)
+        })
     }
 }
 

@@ -3,13 +3,20 @@
 An InferenceRequest is either one the server handed to `execute` (built by
 the worker) or one a model builds to call another model (BLS) with `exec()`
 or `await async_exec()`. Names, arguments, defaults and messages follow
-Triton's pybind11 definitions; what Nereid cannot do yet (decoupled models,
-request rescheduling, GPU memory) raises a TritonModelException saying so.
+Triton's pybind11 definitions; what Nereid cannot do yet (request
+rescheduling, GPU memory) raises a TritonModelException saying so.
+
+A request from the server has a response sender (`get_response_sender()`),
+through which a decoupled model answers: any number of responses, from any
+thread, then the final flag. A request whose sender never sent the final
+flag sends it alone when the request is garbage collected, so that its
+client is not left waiting (Triton leaves it waiting).
 """
 
 import asyncio
 import enum
 import json
+import threading
 
 from . import runtime
 from .errors import TritonError, TritonModelException, not_supported
@@ -114,6 +121,9 @@ class InferenceRequest:
         ):
             if value is _REQUIRED:
                 raise TypeError(f"InferenceRequest() missing required argument '{name}'")
+        # pybind11 takes bytes for a std::string as well (Triton's `bls`
+        # example passes a model name read out of a BYTES tensor).
+        request_id, model_name = _text(request_id), _text(model_name)
         if not isinstance(request_id, str) or not isinstance(model_name, str):
             raise TypeError("InferenceRequest request_id and model_name must be str")
         if isinstance(correlation_id, bool) or not isinstance(correlation_id, (int, str)) or (
@@ -142,6 +152,7 @@ class InferenceRequest:
         self._parameters = checked_parameters(parameters)
         self._key = None
         self._cancelled = None
+        self._sender = None
 
     @classmethod
     def _from_server(cls, key, inputs, request_id, correlation_id, flags, timeout, parameters,
@@ -162,7 +173,29 @@ class InferenceRequest:
         request._parameters = parameters
         request._key = key
         request._cancelled = cancelled
+        request._sender = None
+        request._closed = False
         return request
+
+    def __del__(self):
+        # A server request whose final flag was never sent sends it now.
+        if getattr(self, "_key", None) is None or self._closed:
+            return
+        current = runtime.current()
+        if current is None or not current.decoupled:
+            return
+        self._closed = True
+        try:
+            current.log(
+                "warn",
+                f"request '{self._request_id}' was released without its final response flag; "
+                "Nereid sends the flag alone",
+                __file__,
+                0,
+            )
+            current.send_response(self._key, "null", True, note="released")
+        except Exception:
+            pass
 
     def inputs(self):
         """The input Tensors."""
@@ -208,11 +241,14 @@ class InferenceRequest:
         return self._key in self._cancelled
 
     def get_response_sender(self):
-        raise TritonModelException(
-            "'get_response_sender' function must be called only when the model is "
-            "using the decoupled transaction policy. Nereid's Python backend does "
-            "not support decoupled models yet."
-        )
+        """The request's ResponseSender (the same one on every call)."""
+        if self._key is None:
+            raise TritonModelException(
+                "Unable to get the response sender of a request the model made (BLS)."
+            )
+        if self._sender is None:
+            self._sender = ResponseSender(self)
+        return self._sender
 
     def set_release_flags(self, flags):
         if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
@@ -237,9 +273,7 @@ class InferenceRequest:
         # `fields` is a non-empty object: put "inputs" first in it.
         return '{"inputs":[' + ",".join(input_descriptors) + "]," + fields[1:]
 
-    def _bls_runtime(self, decoupled):
-        if decoupled:
-            raise not_supported("InferenceRequest.exec(decoupled=True)", "decoupled models")
+    def _bls_runtime(self):
         current = runtime.current()
         if current is None or not current.initialized or current.finalizing:
             raise TritonModelException("BLS is only supported during the 'execute' function.")
@@ -247,21 +281,24 @@ class InferenceRequest:
 
     def exec(self, decoupled=False):
         """Run this request on `model_name` and wait for its response. Model
-        errors come back in the response (`has_error()`), never raised."""
-        current = self._bls_runtime(decoupled)
+        errors come back in the response (`has_error()`), never raised. With
+        `decoupled=True`, an iterator over every response of the model,
+        ending with the final one (empty when the model sent the flag
+        alone); Nereid delivers them once the last has come."""
+        current = self._bls_runtime()
         result = []
 
-        def deliver(outputs, error, parameters):
-            result.append(InferenceResponse._from_parts(outputs, error, parameters))
+        def deliver(responses):
+            result.append(responses)
 
-        current.start_bls(self, deliver)
+        current.start_bls(self, deliver, decoupled)
         current.inbox.wait(result.__len__)
-        return result[0]
+        return iter(result[0]) if decoupled else result[0][0]
 
     def async_exec(self, decoupled=False):
         """Like `exec`, but returns an awaitable; needs a running event loop
         (an `async def execute`). Several calls may be in flight at once."""
-        current = self._bls_runtime(decoupled)
+        current = self._bls_runtime()
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         delivered = []
@@ -270,18 +307,98 @@ class InferenceRequest:
             if not future.done():
                 future.set_result(response)
 
-        def deliver(outputs, error, parameters):
-            response = InferenceResponse._from_parts(outputs, error, parameters)
+        def deliver(responses):
+            response = _AsyncResponses(responses) if decoupled else responses[0]
             delivered.append(response)
             loop.call_soon_threadsafe(settle, response)
 
-        current.start_bls(self, deliver)
+        current.start_bls(self, deliver, decoupled)
         if loop is not current.loop:
             # Some other loop (say, asyncio.run inside a plain execute): no
             # thread is sure to read frames while it waits, so a pool thread
             # waits for the answer, reading if no other thread does.
             loop.run_in_executor(None, current.inbox.wait, delivered.__len__)
         return future
+
+
+def _text(value):
+    """A bytes value as the str it encodes (UTF-8); anything else as is."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+    return value
+
+
+class _AsyncResponses:
+    """The responses of an `async_exec(decoupled=True)`, for `async for`."""
+
+    def __init__(self, responses):
+        self._responses = iter(responses)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        try:
+            return next(self._responses)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+
+class ResponseSender:
+    """`request.get_response_sender()`: `send(response=None, flags=0)`,
+    `is_cancelled()`. Thread-safe; checks and messages as Triton's."""
+
+    def __init__(self, request):
+        self._request = request
+        self._sent = 0
+        self._lock = threading.Lock()
+
+    def send(self, response=None, flags=0):
+        if flags != TRITONSERVER_RESPONSE_COMPLETE_FINAL and flags != 0:
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        if flags == 0 and response is None:
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero."
+            )
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TypeError(
+                f"response must be a pb_utils.InferenceResponse, found type '{type(response)}'"
+            )
+        current = runtime.current()
+        if current is None:
+            raise TritonModelException("Unable to send response. The server is not reachable.")
+        request = self._request
+        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        with self._lock:
+            if not current.decoupled:
+                if response is not None and self._sent > 0:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send more than "
+                        "one response."
+                    )
+                if response is None and final and self._sent == 0:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send complete "
+                        "final before sending a response."
+                    )
+            if request._closed:
+                raise TritonModelException(
+                    "Unable to send response. Response sender has been closed."
+                )
+            if final:
+                request._closed = True
+            self._sent += 1
+            body = "null"
+            if response is not None:
+                body = current.encode_response(response, request._requested_output_names)
+            current.send_response(request._key, body, final)
+
+    def is_cancelled(self):
+        """Whether the client of the request gave up."""
+        return self._request.is_cancelled()
 
 
 class InferenceResponse:

@@ -8,7 +8,6 @@ raise ValueError, as Triton's do).
 
 import json
 
-from .errors import not_supported
 
 _TENSOR_PROPERTIES = {
     "input": ("name", "data_type", "dims", "optional"),
@@ -115,9 +114,7 @@ class ModelConfig:
 
     def set_model_transaction_policy(self, transaction_policy_dict):
         """Set model_transaction_policy ({'decoupled': bool}); ValueError for
-        other keys or for changing an already configured `decoupled`.
-        Nereid's Python backend cannot run decoupled models yet: asking for
-        decoupled=True raises TritonModelException."""
+        other keys or for changing an already configured `decoupled`."""
         for key in transaction_policy_dict:
             if key != "decoupled":
                 raise ValueError(
@@ -131,9 +128,5 @@ class ModelConfig:
                 raise ValueError(
                     "trying to change decoupled property in auto-complete-config for model "
                     f"'{self._name}', which is already set to '{policy['decoupled']}'."
-                )
-            if wanted:
-                raise not_supported(
-                    "ModelConfig.set_model_transaction_policy(decoupled=True)", "decoupled models"
                 )
             policy["decoupled"] = wanted

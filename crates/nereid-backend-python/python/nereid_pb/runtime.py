@@ -17,7 +17,7 @@ import sys
 import threading
 
 from .errors import ErrorCode, TritonError
-from .wire import ChannelClosed, read_tensor, write_tensors
+from .wire import ChannelClosed, read_tensor, to_json, write_tensors
 
 _current = None
 
@@ -68,6 +68,42 @@ class Runtime:
         self._pending = {}  # tag -> (deliver, the Block of the call's inputs)
         self._executing = []  # a set of cancelled request ids per execute frame
         self._closed_reason = None
+        # Whether the model is decoupled (its config's model_transaction_policy).
+        self.decoupled = False
+        # Arena Blocks of responses sent; freed when the next execute comes,
+        # by which time the server has copied them.
+        self._response_blocks = []
+
+    # Responses -----------------------------------------------------------------
+
+    def encode_response(self, response, wanted):
+        """An InferenceResponse as the JSON text of a response entry, its
+        outputs among `wanted` (names) written to the arena."""
+        parameters = to_json(response._parameters) if response._parameters else "{}"
+        error = response._error
+        if error is not None:
+            error = to_json({"message": error.message(), "code": error.code().name})
+            return f'{{"outputs":[],"error":{error},"parameters":{parameters}}}'
+        tensors = [tensor for tensor in response._output_tensors if tensor._name in wanted]
+        descriptors, block = write_tensors(tensors, self.arena)
+        with self._lock:
+            self._response_blocks.append(block)
+        return f'{{"outputs":[{",".join(descriptors)}],"error":null,"parameters":{parameters}}}'
+
+    def send_response(self, key, response_json, final, note=None):
+        """Send a `response` frame for request `key`: the response entry's
+        JSON text (or "null" for the final flag alone)."""
+        extra = f',"note":{to_json(note)}' if note else ""
+        self.writer.send_json(
+            f'{{"op":"response","id":{to_json(key)},"response":{response_json},'
+            f'"final":{"true" if final else "false"}{extra}}}'
+        )
+
+    def release_responses(self):
+        """Free the arena Blocks of the responses sent so far."""
+        with self._lock:
+            blocks, self._response_blocks = self._response_blocks, []
+        self.arena.free(*blocks)
 
     def log(self, level, message, filename, line):
         """Send a log frame; level is "info", "warn", "error" or "verbose".
@@ -119,6 +155,23 @@ class Runtime:
         self.inbox.wait(future.done, wakeable=True)
         return future.result()
 
+    def run_in_background(self, coroutine, failed):
+        """Start an `async def execute` of a decoupled model on the event
+        loop and return at once; `failed(error)` is called if it raises."""
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=self.loop.run_forever, name="nereid-asyncio", daemon=True
+            ).start()
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+        def done(future):
+            error = future.exception()
+            if error is not None:
+                failed(error)
+
+        future.add_done_callback(done)
+
     def stop_loop(self):
         """Stop the event loop (at finalize), if there is one."""
         if self.loop is not None:
@@ -126,11 +179,13 @@ class Runtime:
 
     # BLS ----------------------------------------------------------------------
 
-    def start_bls(self, request, deliver):
+    def start_bls(self, request, deliver, decoupled=False):
         """Write the request's inputs to the arena and send a `bls` frame.
-        `deliver(outputs, error, parameters)` is called exactly once: by the
-        thread that reads the answer, or from here if sending fails (outputs
-        are Tensors, error a TritonError or None, parameters a dict)."""
+        `deliver(responses)` is called exactly once, with a list of
+        InferenceResponses (one, unless `decoupled`): by the thread that
+        reads the answer, or from here if sending fails."""
+        from .inference import InferenceResponse
+
         tag = None
         block = None
         try:
@@ -141,37 +196,44 @@ class Runtime:
                 tag = next(self._tags)
                 self._pending[tag] = (deliver, block)
             request_json = request._bls_json(descriptors)
-            self.writer.send_json(f'{{"op":"bls","tag":{tag},"request":{request_json}}}')
+            flag = ',"decoupled":true' if decoupled else ""
+            self.writer.send_json(f'{{"op":"bls","tag":{tag}{flag},"request":{request_json}}}')
         except Exception as error:
             with self._lock:
                 owned = tag is None or self._pending.pop(tag, None) is not None
             if owned:
                 if block is not None:
                     self.arena.free(block)
-                deliver([], TritonError(str(error)), {})
+                deliver([InferenceResponse._from_parts([], TritonError(str(error)), {})])
 
     def finish_bls(self, tag, payload):
         """Handle a `bls_response` (reading thread): copy the outputs out of
         the server's file, tell the server it may reuse that memory
-        (`bls_release`), then hand the response to the waiting caller."""
+        (`bls_release`), then hand the responses to the waiting caller."""
+        from .inference import InferenceResponse
+
         with self._lock:
             entry = self._pending.pop(tag, None)
         if entry is None:
             self.log("error", f"bls_response for unknown tag {tag!r} ignored", __file__, 0)
-            parts = None
+            responses = None
         else:
             deliver, block = entry
             self.arena.free(block)
             try:
-                parts = self._decode_bls_response(payload)
+                if isinstance(payload, dict) and isinstance(payload.get("responses"), list):
+                    parts = [self._decode_bls_response(one) for one in payload["responses"]]
+                else:
+                    parts = [self._decode_bls_response(payload)]
             except Exception as error:
-                parts = ([], TritonError(f"Nereid could not read the BLS response: {error}"), {})
+                parts = [([], TritonError(f"Nereid could not read the BLS response: {error}"), {})]
+            responses = [InferenceResponse._from_parts(*part) for part in parts]
         try:
             self.writer.send({"op": "bls_release", "tag": tag})
         except ChannelClosed:
             pass
-        if parts is not None:
-            deliver(*parts)
+        if responses is not None:
+            deliver(responses)
 
     def _decode_bls_response(self, payload):
         if not isinstance(payload, dict):
@@ -193,8 +255,10 @@ class Runtime:
     def close(self, reason):
         """The server is gone (end of input): fail every BLS call in flight,
         and any started later, with `reason`."""
+        from .inference import InferenceResponse
+
         with self._lock:
             self._closed_reason = reason
             pending, self._pending = self._pending, {}
         for deliver, _block in pending.values():
-            deliver([], TritonError(reason), {})
+            deliver([InferenceResponse._from_parts([], TritonError(reason), {})])

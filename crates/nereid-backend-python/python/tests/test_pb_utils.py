@@ -108,8 +108,9 @@ def test_model_config_validation_matches_triton():
     with pytest.raises(ValueError, match="^trying to change decoupled property in auto-complete-config for "
                                          "model 'm', which is already set to 'False'.$"):
         config.set_model_transaction_policy({"decoupled": True})
-    with pytest.raises(pb_utils.TritonModelException, match="decoupled models"):
-        pb_utils.ModelConfig('{"name": "d"}').set_model_transaction_policy({"decoupled": True})
+    decoupled = pb_utils.ModelConfig('{"name": "d"}')
+    decoupled.set_model_transaction_policy({"decoupled": True})
+    assert pb_utils.using_decoupled_model_transaction_policy(decoupled.as_dict()) is True
     assert pb_utils.get_input_config_by_name(config.as_dict(), "I")["dims"] == [2]
     assert pb_utils.get_output_config_by_name(config.as_dict(), "I") is None
     assert pb_utils.using_decoupled_model_transaction_policy(config.as_dict()) is False
@@ -132,7 +133,7 @@ def test_request_and_response_arguments_are_checked_as_triton_does():
         pb_utils.InferenceRequest(model_name="m", inputs=[], requested_output_names=[""])
     with pytest.raises(pb_utils.TritonModelException, match="^BLS is only supported during the 'execute' function.$"):
         request.exec()
-    with pytest.raises(pb_utils.TritonModelException, match="decoupled models"):
+    with pytest.raises(pb_utils.TritonModelException, match="^BLS is only supported during the 'execute' function.$"):
         request.exec(decoupled=True)
     with pytest.raises(pb_utils.TritonModelException, match="request rescheduling"):
         request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)

@@ -1,22 +1,32 @@
 //! Inference calls: the unary one, and `ModelStreamInfer`, where every
-//! request of the incoming stream runs concurrently and gets exactly one
-//! `ModelStreamInferResponse`, in completion order. A failed request is
-//! answered in `error_message` with its id; the stream stays open.
+//! request of the incoming stream runs concurrently and gets its answers
+//! as they come: one for most models, any number for a decoupled model,
+//! each marked with Triton's `triton_final_response` parameter. A failed
+//! request is answered in `error_message` with its id; the stream stays
+//! open. Answers of different requests interleave in completion order;
+//! one request's answers keep their order.
 
-use futures::stream::FuturesUnordered;
+use futures::stream::{BoxStream, SelectAll};
 use futures::{Stream, StreamExt};
 use std::time::Instant;
 
 use nereid_core::{Activity, Error, Trace};
-use nereid_engine::Engine;
+use nereid_engine::{Answer, Engine};
 use nereid_protocol::grpc as wire;
-use nereid_protocol::inference::{ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
+use nereid_protocol::inference::infer_parameter::ParameterChoice;
+use nereid_protocol::inference::{
+    InferParameter, ModelInferRequest, ModelInferResponse, ModelStreamInferResponse,
+};
 use tokio::sync::watch;
 use tonic::{Request, Status, Streaming};
 use tracing::Instrument;
 
 use super::trace::{Arrived, traceparent};
 use crate::trace::Tracer;
+
+/// What Triton answers a unary call on a decoupled model.
+const DECOUPLED_UNARY: &str =
+    "ModelInfer RPC doesn't support models with decoupled transaction policy";
 
 /// Decodes, runs and encodes one request, traced when `trace` is given.
 pub async fn infer(
@@ -28,7 +38,17 @@ pub async fn infer(
     async {
         let mut request = wire::decode_infer_request(request)?;
         request.trace = trace.clone();
-        let response = engine.infer(request).await?;
+        let (model, version) = (request.model_name.clone(), request.model_version);
+        let response = engine.infer(request).await.map_err(|e| {
+            let decoupled = engine
+                .model(&model, version)
+                .is_ok_and(|m| m.is_decoupled());
+            if decoupled {
+                Error::unsupported(DECOUPLED_UNARY)
+            } else {
+                e
+            }
+        })?;
         if let Some(trace) = &trace {
             trace.record(Activity::InferResponseComplete);
         }
@@ -38,32 +58,111 @@ pub async fn infer(
     .await
 }
 
-/// One request's answer on the stream, success or error, with its trace.
-async fn stream_answer(
+/// One answer on the stream, with the trace of its request.
+type Traced = (ModelStreamInferResponse, Option<Trace>);
+
+/// One request's answers on the stream, in order: its one answer, or a
+/// decoupled model's responses; each says whether it is the last. A final
+/// flag that comes alone is sent as an empty response only when the
+/// request asks with `triton_enable_empty_final_response`.
+fn request_answers(
     engine: Engine,
     request: ModelInferRequest,
     trace: Option<Trace>,
-) -> (ModelStreamInferResponse, Option<Trace>) {
+) -> BoxStream<'static, Traced> {
     let id = request.id.clone();
     let model = request.model_name.clone();
     let version = request.model_version.clone();
-    let answer = match infer(&engine, request, trace.clone()).await {
-        Ok(response) => ModelStreamInferResponse {
-            error_message: String::new(),
-            infer_response: Some(response),
-        },
-        Err(e) => wire::stream_error_response(id, model, version, e.message()),
+    let empty_final = matches!(
+        request.parameters.get("triton_enable_empty_final_response"),
+        Some(InferParameter {
+            parameter_choice: Some(ParameterChoice::BoolParam(true))
+        })
+    );
+    let error = move |e: Error, last: bool| {
+        let mut answer =
+            wire::stream_error_response(id.clone(), model.clone(), version.clone(), e.message());
+        if let Some(response) = &mut answer.infer_response {
+            mark_final(response, last);
+        }
+        answer
     };
-    if let Some(trace) = &trace {
-        trace.record(Activity::GrpcSendStart);
+    let sent = |answer: ModelStreamInferResponse, trace: &Option<Trace>| {
+        if let Some(trace) = trace {
+            trace.record(Activity::GrpcSendStart);
+        }
+        (answer, trace.clone())
+    };
+    Box::pin(async_stream::stream! {
+        let decoded = wire::decode_infer_request(request).map(|mut r| {
+            r.trace = trace.clone();
+            r
+        });
+        let answer = match decoded {
+            Ok(request) => engine.infer_any(request).await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Err(e) => yield sent(error(e, true), &trace),
+            Ok(Answer::One(response)) => {
+                if let Some(trace) = &trace {
+                    trace.record(Activity::InferResponseComplete);
+                }
+                let mut response = wire::encode_infer_response(response);
+                mark_final(&mut response, true);
+                yield sent(ok(response), &trace);
+            }
+            Ok(Answer::Stream(mut responses)) => {
+                while let Some(streamed) = responses.next().await {
+                    let last = streamed.last;
+                    match streamed.response {
+                        Some(Ok(response)) => {
+                            let mut response = wire::encode_infer_response(response);
+                            mark_final(&mut response, last);
+                            yield sent(ok(response), &trace);
+                        }
+                        Some(Err(e)) => yield sent(error(e, last), &trace),
+                        None if empty_final => {
+                            let mut answer = error(Error::internal(""), true);
+                            answer.error_message.clear();
+                            yield sent(answer, &trace);
+                        }
+                        None => {}
+                    }
+                    if last {
+                        break;
+                    }
+                }
+                if let Some(trace) = &trace {
+                    trace.record(Activity::InferResponseComplete);
+                }
+            }
+        }
+    })
+}
+
+fn ok(response: ModelInferResponse) -> ModelStreamInferResponse {
+    ModelStreamInferResponse {
+        error_message: String::new(),
+        infer_response: Some(response),
     }
-    (answer, trace)
+}
+
+/// Marks a streamed response as Triton does: `triton_final_response` says
+/// whether more follow for its request.
+fn mark_final(response: &mut ModelInferResponse, last: bool) {
+    response.parameters.insert(
+        "triton_final_response".to_owned(),
+        InferParameter {
+            parameter_choice: Some(ParameterChoice::BoolParam(last)),
+        },
+    );
 }
 
 /// What the stream loop saw next.
 enum Event {
     Request(Box<ModelInferRequest>),
-    Answer(ModelStreamInferResponse, Option<Trace>),
+    Answer(Traced),
     /// The client closed its side or the server is stopping: read no more.
     EndOfRequests,
     /// Reading the next request failed (bad message, client gone).
@@ -91,7 +190,7 @@ pub fn answers(
         .map_or_else(Instant::now, |a| a.0);
     let mut requests = call.into_inner();
     async_stream::stream! {
-        let mut pending = FuturesUnordered::new();
+        let mut pending: SelectAll<BoxStream<'static, Traced>> = SelectAll::new();
         let mut reading = true;
         let mut failure = None;
         loop {
@@ -101,7 +200,7 @@ pub fn answers(
                     Ok(None) => Event::EndOfRequests,
                     Err(status) => Event::ReadFailed(status),
                 },
-                Some((answer, trace)) = pending.next(), if !pending.is_empty() => Event::Answer(answer, trace),
+                Some(answer) = pending.next(), if !pending.is_empty() => Event::Answer(answer),
                 _ = stop.wait_for(|&s| s), if reading => Event::EndOfRequests,
                 else => Event::Done,
             };
@@ -113,9 +212,9 @@ pub fn answers(
                         trace.record(Activity::GrpcWaitreadEnd);
                     }
                     waiting_since = Instant::now();
-                    pending.push(stream_answer(engine.clone(), *request, trace));
+                    pending.push(request_answers(engine.clone(), *request, trace));
                 }
-                Event::Answer(answer, trace) => {
+                Event::Answer((answer, trace)) => {
                     yield Ok(answer);
                     // The transport took the answer.
                     if let Some(trace) = trace {

@@ -1,0 +1,17 @@
+import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        for request in requests:
+            count = int(pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()[0])
+            sender = request.get_response_sender()
+            for index in range(count):
+                await asyncio.sleep(0.01)
+                out = pb_utils.Tensor("OUT", np.array([index], dtype=np.int32))
+                sender.send(pb_utils.InferenceResponse([out]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
