@@ -174,6 +174,23 @@ def test_an_async_execute_streams_in_the_background(target):
         stream.close()
 
 
+def test_a_decoupled_step_streams_through_an_ensemble(target):
+    stream = Stream(target)
+    try:
+        stream.send("square_plus_one", int32_in(3), request_id="e", empty_final=True)
+        answers = stream.take(3)
+        while not final(answers[-1][0]):
+            answers += stream.take(1)
+        assert [error for _, error in answers] == [None] * len(answers)
+        # The final flag comes with the last response when the decoupled
+        # step had ended by then (as here, on Triton too), else alone.
+        assert [outputs(r) for r, _ in answers] in ([[4], [4], [4]], [[4], [4], [4], None])
+        assert [final(r) for r, _ in answers][:3] == [False, False, len(answers) == 3]
+        assert {r.get_response().model_name for r, _ in answers} == {"square_plus_one"}
+    finally:
+        stream.close()
+
+
 def test_a_model_that_is_not_decoupled_is_marked_final_on_the_stream(target):
     stream = Stream(target)
     try:

@@ -7,9 +7,10 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Weak};
 
+use futures::StreamExt;
 use nereid_core::model_config::ModelConfig;
 use nereid_core::{Error, InferRequest};
-use nereid_ensemble::{Composer, Composing, StepFuture};
+use nereid_ensemble::{Composer, Composing, StepFuture, StepStream};
 
 use crate::registry::Registry;
 use crate::{Engine, Inner};
@@ -42,6 +43,49 @@ impl Composer for EngineComposer {
                 .read()
                 .resolve(&request.model_name, request.model_version)?;
             model.infer(request).await
+        })
+    }
+
+    fn infer_stream(&self, request: InferRequest) -> StepStream {
+        let responses = self
+            .inner
+            .upgrade()
+            .ok_or_else(|| Error::unavailable("the server is shutting down"))
+            .and_then(|inner| {
+                let model = inner
+                    .registry
+                    .read()
+                    .resolve(&request.model_name, request.model_version)?;
+                model.stream(request)
+            });
+        let responses = match responses {
+            Ok(responses) => responses,
+            Err(e) => return futures::stream::once(async move { Err(e) }).boxed(),
+        };
+        futures::stream::unfold((responses, false), |(mut responses, ended)| async move {
+            if ended {
+                return None;
+            }
+            loop {
+                let streamed = responses.recv().await?;
+                if let Some(response) = streamed.response {
+                    return Some((response, (responses, streamed.last)));
+                }
+                if streamed.last {
+                    return None;
+                }
+            }
+        })
+        .boxed()
+    }
+
+    fn is_decoupled(&self, model: &str, version: Option<i64>) -> bool {
+        self.inner.upgrade().is_some_and(|inner| {
+            inner
+                .registry
+                .read()
+                .resolve(model, version)
+                .is_ok_and(|m| m.is_decoupled())
         })
     }
 }

@@ -52,4 +52,29 @@ impl ModelMetadata {
                 .collect(),
         }
     }
+
+    /// The metadata of a request that named `version`: as in Triton,
+    /// `versions` then lists that version alone (the ready ones otherwise).
+    pub fn for_version(mut self, version: Option<i64>) -> ModelMetadata {
+        if let Some(version) = version {
+            self.versions = vec![version.to_string()];
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_named_version_is_the_only_one_listed() {
+        let config = ModelConfig {
+            name: "m".into(),
+            ..Default::default()
+        };
+        let all = ModelMetadata::new(&config, &[1, 2, 3]);
+        assert_eq!(all.clone().for_version(None).versions, ["1", "2", "3"]);
+        assert_eq!(all.for_version(Some(2)).versions, ["2"]);
+    }
 }

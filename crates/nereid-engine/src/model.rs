@@ -289,8 +289,70 @@ impl LoadedVersion {
         });
         let request = checked.inspect_err(|_| self.stats.record_failure(enqueued.elapsed()))?;
         let (reply, responses) = mpsc::unbounded_channel();
+        if let Runner::Ensemble {
+            pipeline, composer, ..
+        } = &self.runner
+        {
+            self.stream_ensemble(
+                pipeline.clone(),
+                Arc::clone(composer),
+                request,
+                reply,
+                enqueued,
+            );
+            return Ok(responses);
+        }
         self.submit(request, Reply::Stream(reply), enqueued)?;
         Ok(responses)
+    }
+
+    /// Runs a decoupled ensemble's request in a task of its own, its
+    /// responses to `reply`, then the final flag; the task stops when the
+    /// receiver goes. Counted as one execution, as [`Self::run_ensemble`].
+    fn stream_ensemble(
+        &self,
+        pipeline: Pipeline,
+        composer: Arc<dyn Composer>,
+        request: crate::ValidatedRequest,
+        reply: mpsc::UnboundedSender<Streamed>,
+        enqueued: Instant,
+    ) {
+        let stats = Arc::clone(&self.stats);
+        let batch_size = request.batch_size;
+        tokio::spawn(async move {
+            let mut ended = false;
+            let mut emit = |response, last| {
+                ended |= last;
+                let _ = reply.send(Streamed {
+                    response: Some(response),
+                    last,
+                });
+            };
+            let run = pipeline.run_stream(request.request, composer.as_ref(), &mut emit);
+            let result = tokio::select! {
+                result = run => result,
+                () = reply.closed() => return,
+            };
+            let last = match result {
+                Ok(()) => {
+                    let compute = ComputeTimes::default();
+                    stats.record_execution(batch_size, compute);
+                    stats.record_success(enqueued.elapsed(), Duration::ZERO, compute);
+                    None
+                }
+                Err(e) => {
+                    stats.record_failure(enqueued.elapsed());
+                    Some(Err(e))
+                }
+            };
+            // The final flag, unless it went with the last response.
+            if !ended || last.is_some() {
+                let _ = reply.send(Streamed {
+                    response: last,
+                    last: true,
+                });
+            }
+        });
     }
 
     async fn run(
@@ -327,8 +389,8 @@ impl LoadedVersion {
                 sequence,
             } => (scheduler, order, sequence),
             Runner::Ensemble { .. } => {
-                return Err(Error::unsupported(format!(
-                    "ensemble '{}' has a decoupled step; Nereid does not stream through ensembles yet",
+                return Err(Error::internal(format!(
+                    "ensemble '{}' has no queue of its own",
                     self.config.name
                 )));
             }

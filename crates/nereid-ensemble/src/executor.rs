@@ -4,12 +4,19 @@
 //! [`Composer`]). Tensors pass between steps as shared `Bytes`, never
 //! copied. Dropping the future of [`Pipeline::run`] drops the steps in
 //! flight, which abandons their requests, and starts no more.
+//!
+//! An ensemble with a decoupled step runs with [`Pipeline::run_stream`]:
+//! every response of that step runs the steps after it on its outputs,
+//! and every run that completes the outputs is one response of the
+//! ensemble, as in Triton.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 
-use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 use nereid_core::model_config::ModelConfig;
 use nereid_core::{Error, ErrorKind, InferRequest, InferResponse, InputTensor, RequestedOutput};
 use nereid_core::{Parameters, Tensor, Trace};
@@ -17,11 +24,25 @@ use nereid_core::{Parameters, Tensor, Trace};
 /// The answer of one composing model.
 pub type StepFuture = Pin<Box<dyn Future<Output = Result<InferResponse, Error>> + Send>>;
 
+/// The responses of a decoupled composing model, as they come (a final
+/// flag sent alone gives none).
+pub type StepStream = BoxStream<'static, Result<InferResponse, Error>>;
+
 /// How an ensemble reaches the models it composes: the engine's own
 /// inference, by model name and version, through each model's scheduler.
 pub trait Composer: Send + Sync {
     fn infer(&self, request: InferRequest) -> StepFuture;
+
+    /// Runs `request` on a decoupled model: its responses.
+    fn infer_stream(&self, request: InferRequest) -> StepStream;
+
+    /// Whether the model a step names is decoupled.
+    fn is_decoupled(&self, model: &str, version: Option<i64>) -> bool;
 }
+
+/// Where [`Pipeline::run_stream`] sends the ensemble's responses, each
+/// marked when it is known to be the last.
+pub type Emit<'a> = dyn FnMut(Result<InferResponse, Error>, bool) + Send + 'a;
 
 /// One step: the model it runs and which ensemble tensors (by index) it
 /// reads and writes under which of the model's tensor names.
@@ -101,17 +122,7 @@ impl Pipeline {
         mut request: InferRequest,
         composer: &dyn Composer,
     ) -> Result<InferResponse, Error> {
-        let mut values: Vec<Option<Tensor>> = vec![None; self.tensors.len()];
-        for input in std::mem::take(&mut request.inputs) {
-            if let Some(slot) = self.tensors.iter().position(|t| *t == input.name) {
-                values[slot] = Some(Tensor {
-                    name: input.name,
-                    datatype: input.datatype,
-                    shape: input.shape,
-                    data: input.data,
-                });
-            }
-        }
+        let mut values = self.initial_values(&mut request);
         let mut started = vec![false; self.steps.len()];
         let mut running = FuturesUnordered::new();
         loop {
@@ -131,6 +142,121 @@ impl Pipeline {
             self.store(step, response, &mut values)?;
         }
         self.respond(request.id, &request.outputs, &mut values)
+    }
+
+    /// Runs `request` on an ensemble with a decoupled step and sends each
+    /// of its responses to `emit`, in order: one per response of the
+    /// decoupled step that completes the outputs (the steps after it run
+    /// once per response, one response after another). A failed response
+    /// of the decoupled step is sent as an error and the next ones go on;
+    /// any other failure ends the run with it. A response is marked last
+    /// when the decoupled step had ended by the time it was made (as in
+    /// Triton, where the final flag otherwise comes alone).
+    pub async fn run_stream(
+        &self,
+        mut request: InferRequest,
+        composer: &dyn Composer,
+        emit: &mut Emit<'_>,
+    ) -> Result<(), Error> {
+        let values = self.initial_values(&mut request);
+        let started = vec![false; self.steps.len()];
+        self.branch(&request, composer, values, started, true, emit)
+            .await
+    }
+
+    /// The ensemble tensors a request's inputs give.
+    fn initial_values(&self, request: &mut InferRequest) -> Vec<Option<Tensor>> {
+        let mut values: Vec<Option<Tensor>> = vec![None; self.tensors.len()];
+        for input in std::mem::take(&mut request.inputs) {
+            if let Some(slot) = self.tensors.iter().position(|t| *t == input.name) {
+                values[slot] = Some(Tensor {
+                    name: input.name,
+                    datatype: input.datatype,
+                    shape: input.shape,
+                    data: input.data,
+                });
+            }
+        }
+        values
+    }
+
+    /// Runs the steps not yet `started` from `values` on; a decoupled
+    /// step forks a branch per response once the other running steps are
+    /// done. A branch that runs out of steps answers, when it has the
+    /// outputs; `last` when no other branch can follow it.
+    fn branch<'a>(
+        &'a self,
+        request: &'a InferRequest,
+        composer: &'a dyn Composer,
+        mut values: Vec<Option<Tensor>>,
+        mut started: Vec<bool>,
+        last: bool,
+        emit: &'a mut Emit<'_>,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            let mut running = FuturesUnordered::new();
+            let mut streaming: Vec<(usize, StepStream)> = Vec::new();
+            loop {
+                for (i, step) in self.steps.iter().enumerate() {
+                    if started[i] || step.inputs.iter().any(|(_, t)| values[*t].is_none()) {
+                        continue;
+                    }
+                    started[i] = true;
+                    let step_request = self.step_request(step, request, &values);
+                    if composer.is_decoupled(&step.model, step.version) {
+                        streaming.push((i, composer.infer_stream(step_request)));
+                    } else {
+                        let answer = composer.infer(step_request);
+                        running.push(async move { (i, answer.await) });
+                    }
+                }
+                if let Some((i, answer)) = running.next().await {
+                    let step = &self.steps[i];
+                    let response = answer.map_err(|e| self.step_failed(step, &e))?;
+                    self.store(step, response, &mut values)?;
+                    continue;
+                }
+                let Some((i, responses)) = streaming.pop() else {
+                    break;
+                };
+                if !streaming.is_empty() {
+                    return Err(Error::unsupported(format!(
+                        "in ensemble '{}', two decoupled steps run at once; Nereid streams through one at a time",
+                        self.name
+                    )));
+                }
+                let step = &self.steps[i];
+                let mut responses = responses.peekable();
+                while let Some(answer) = responses.next().await {
+                    // The step's end known already: this is its last.
+                    let ended = matches!(
+                        std::pin::Pin::new(&mut responses).peek().now_or_never(),
+                        Some(None)
+                    );
+                    let forked =
+                        answer
+                            .map_err(|e| self.step_failed(step, &e))
+                            .and_then(|response| {
+                                let mut forked = values.clone();
+                                self.store(step, response, &mut forked).map(|()| forked)
+                            });
+                    match forked {
+                        Ok(forked) => {
+                            let last = last && ended;
+                            self.branch(request, composer, forked, started.clone(), last, emit)
+                                .await?;
+                        }
+                        Err(e) => emit(Err(e), last && ended),
+                    }
+                }
+                return Ok(());
+            }
+            emit(
+                self.respond(request.id.clone(), &request.outputs, &mut values),
+                last,
+            );
+            Ok(())
+        })
     }
 
     fn step_request(

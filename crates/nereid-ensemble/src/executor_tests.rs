@@ -7,7 +7,7 @@ use nereid_core::{DataType, Error, InferRequest, InferResponse, InputTensor, Req
 use nereid_core::{Parameters, Tensor};
 use parking_lot::Mutex;
 
-use super::{Composer, Pipeline, StepFuture};
+use super::{Composer, Pipeline, StepFuture, StepStream};
 
 /// Answers each step with `OUT = IN0 ++ IN1 ++ model name` (bytes), or
 /// fails the model named `broken`; records the order of the calls.
@@ -17,6 +17,40 @@ struct Fake {
 }
 
 impl Composer for Fake {
+    /// A model named `stream*` is decoupled: it answers three times, with
+    /// `OUT` = its input and the response's number (the second answer an
+    /// error when the model is `stream_failing`).
+    fn is_decoupled(&self, model: &str, _version: Option<i64>) -> bool {
+        model.starts_with("stream")
+    }
+
+    fn infer_stream(&self, request: InferRequest) -> StepStream {
+        self.calls.lock().push(request.model_name.clone());
+        let input = request.inputs[0].data.clone();
+        let failing = request.model_name == "stream_failing";
+        let responses = (0..3u8).map(move |n| {
+            if failing && n == 1 {
+                return Err(Error::internal("midway"));
+            }
+            let mut data = input.to_vec();
+            data.push(b'0' + n);
+            Ok(InferResponse {
+                model_name: request.model_name.clone(),
+                model_version: 1,
+                id: request.id.clone(),
+                outputs: vec![Tensor {
+                    name: "OUT".into(),
+                    datatype: DataType::Uint8,
+                    shape: vec![data.len() as i64],
+                    data: Bytes::from(data),
+                }],
+                parameters: Parameters::new(),
+                in_shared_memory: Vec::new(),
+            })
+        });
+        Box::pin(futures::stream::iter(responses.collect::<Vec<_>>()))
+    }
+
     fn infer(&self, request: InferRequest) -> StepFuture {
         self.calls.lock().push(request.model_name.clone());
         Box::pin(async move {
@@ -127,4 +161,76 @@ fn a_failing_step_fails_the_request_naming_its_model() {
     assert!(error.message().contains("ensemble 'e'"), "{error}");
     // The join never ran.
     assert!(!fake.calls.lock().contains(&"join".to_string()));
+}
+
+/// x -> first -> y -> a -> out (first decoupled when named `stream*`).
+fn chain(first: &str) -> Pipeline {
+    let config = nereid_repository::parse_config_text(&format!(
+        r#"
+        name: "e" platform: "ensemble" max_batch_size: 0
+        input [ {{ name: "x" data_type: TYPE_UINT8 dims: [ -1 ] }} ]
+        output [ {{ name: "out" data_type: TYPE_UINT8 dims: [ -1 ] }} ]
+        ensemble_scheduling {{ step [
+          {{ model_name: "{first}" model_version: -1
+             input_map {{ key: "IN0" value: "x" }} output_map {{ key: "OUT" value: "y" }} }},
+          {{ model_name: "a" model_version: -1
+             input_map {{ key: "IN0" value: "y" }} output_map {{ key: "OUT" value: "out" }} }}
+        ] }}"#
+    ))
+    .unwrap();
+    Pipeline::new(&config, 3)
+}
+
+fn streamed(pipeline: &Pipeline, fake: &Fake) -> Vec<Result<Vec<u8>, String>> {
+    let mut answers = Vec::new();
+    let mut lasts = Vec::new();
+    let mut emit = |answer: Result<InferResponse, Error>, last: bool| {
+        answers.push(
+            answer
+                .map(|r| r.outputs[0].data.to_vec())
+                .map_err(|e| e.message().to_owned()),
+        );
+        lasts.push(last);
+    };
+    futures::executor::block_on(pipeline.run_stream(request(&[]), fake, &mut emit)).unwrap();
+    // The fake's streams end with their last response, so it is marked.
+    let mut expected = vec![false; lasts.len()];
+    if let Some(last) = expected.last_mut() {
+        *last = true;
+    }
+    assert_eq!(lasts, expected);
+    answers
+}
+
+#[test]
+fn each_response_of_a_decoupled_step_runs_the_steps_after_it() {
+    let fake = Fake::default();
+    let answers = streamed(&chain("stream"), &fake);
+    assert_eq!(
+        answers,
+        [
+            Ok(b"x0a".to_vec()),
+            Ok(b"x1a".to_vec()),
+            Ok(b"x2a".to_vec())
+        ]
+    );
+    assert_eq!(*fake.calls.lock(), ["stream", "a", "a", "a"]);
+}
+
+#[test]
+fn a_failed_response_of_a_decoupled_step_is_sent_and_the_rest_go_on() {
+    let answers = streamed(&chain("stream_failing"), &Fake::default());
+    assert_eq!(answers[0], Ok(b"x0a".to_vec()));
+    let error = answers[1].as_ref().unwrap_err();
+    assert!(
+        error.contains("step model 'stream_failing' failed: midway"),
+        "{error}"
+    );
+    assert_eq!(answers[2], Ok(b"x2a".to_vec()));
+}
+
+#[test]
+fn an_ensemble_without_a_decoupled_step_streams_its_one_answer() {
+    let answers = streamed(&chain("plain"), &Fake::default());
+    assert_eq!(answers, [Ok(b"xplaina".to_vec())]);
 }

@@ -11,7 +11,7 @@ mod executor;
 mod validate;
 
 pub use error::{EnsembleError, TensorOrigin};
-pub use executor::{Composer, Pipeline, StepFuture};
+pub use executor::{Composer, Emit, Pipeline, StepFuture, StepStream};
 pub use validate::{
     Composing, Composition, ENSEMBLE_PLATFORM, check_available, check_composition, check_config,
     compose, dependencies, find_cycle,
