@@ -48,6 +48,7 @@ start() {
   "$nereid_bin" --model-repository model_repository --http-port "$http" \
     --grpc-port "$grpc" --metrics-port "$metrics" --http-address 127.0.0.1 \
     --grpc-address 127.0.0.1 --metrics-address 127.0.0.1 "${extra[@]}" \
+    --backend-config=python,python-path="$PWD/.venv/bin/python" \
     >"$work/nereid-$1.log" 2>&1 &
   pid=$!
   if [ "$1" = tls ]; then

@@ -14,8 +14,9 @@ trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$wor
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 http=$(port); grpc=$(port); metrics=$(port)
+# model_repository/ holds a Python model: its workers run on the venv (numpy).
 "$bin" --model-repository model_repository --http-address 127.0.0.1 --grpc-address 127.0.0.1 \
-  --metrics-address 127.0.0.1 --http-port "$http" --grpc-port "$grpc" --metrics-port "$metrics" \
+  --backend-config=python,python-path="$PWD/.venv/bin/python" --metrics-address 127.0.0.1 --http-port "$http" --grpc-port "$grpc" --metrics-port "$metrics" \
   >"$work/nereid.log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do

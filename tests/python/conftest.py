@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,11 @@ def start_server(tmp_path: Path, repositories: list[Path], extra: list[str] | No
     """Starts nereid and waits until `ready` (by default: plain HTTP
     readiness) holds."""
     binary = os.environ.get("NEREID_BIN", str(REPO_ROOT / "target/debug/nereid"))
+    extra = list(extra or [])
+    if not any("python-path=" in arg for arg in extra):
+        # Python models (model_repository/ has one) run on the tests' venv,
+        # which has numpy.
+        extra.append(f"--backend-config=python,python-path={sys.executable}")
     ports = [free_port() for _ in range(3)]
     log_path = tmp_path / "nereid.log"
     args = [binary]

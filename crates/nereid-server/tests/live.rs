@@ -11,6 +11,17 @@ use nereid_engine::{EngineOptions, ModelControl};
 use nereid_server::{RunningServer, ServerConfig};
 use serde_json::{Value, json};
 
+/// The interpreter for the repository's Python model: the project's venv
+/// (it has numpy, which the worker needs) when it is set up.
+fn python() -> PathBuf {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
 async fn start() -> (RunningServer, String) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../model_repository");
     let any = "127.0.0.1:0".parse().unwrap();
@@ -30,12 +41,13 @@ async fn start() -> (RunningServer, String) {
         metrics_options: Default::default(),
         exit_timeout: Duration::from_secs(5),
         onnxruntime_library: std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from),
-        python: PathBuf::from("python3"),
+        python: python(),
         logging: Default::default(),
         trace: Default::default(),
         limits: Default::default(),
         restricted: Default::default(),
         tls: Default::default(),
+        openai: None,
     };
     let mut server = nereid_server::start(config).await.unwrap();
     server.wait_loaded().await.unwrap();
