@@ -162,6 +162,63 @@ def test_errors(stub, case, model, version, shape, datatype, code, fragment):
     assert len(stub.ModelInfer(ok).raw_output_contents) == 2
 
 
+def fp32_request(**parameters):
+    """An identity_fp32 request with request-level parameters given as
+    (kind, value), or None for a parameter without a value."""
+    request = service_pb2.ModelInferRequest(model_name="identity_fp32")
+    request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 3])
+    request.raw_input_contents.append(np.ones(3, np.float32).tobytes())
+    for key, value in parameters.items():
+        param = request.parameters[key]
+        if value is not None:
+            setattr(param, *value)
+    return request
+
+
+ANY = "expected int64_param, bool_param, or string_param."
+
+
+@pytest.mark.parametrize("parameters,message", [
+    ({"custom": ("uint64_param", 7)}, f"invalid value type for 'custom' parameter, {ANY}"),
+    ({"custom": None}, f"invalid value type for 'custom' parameter, {ANY}"),
+    ({"binary_data_output": ("uint64_param", 1)}, f"invalid value type for 'binary_data_output' parameter, {ANY}"),
+    ({"priority": ("int64_param", -1)}, "invalid value for 'priority', expected value >= 0."),
+    ({"priority": ("string_param", "x")},
+     "invalid value type for 'priority' parameter, expected int64_param or uint64_param."),
+    ({"timeout": ("uint64_param", 1000)}, "invalid value type for 'timeout' parameter, expected int64_param."),
+    ({"sequence_id": ("uint64_param", 5)},
+     "invalid value type for 'sequence_id' parameter, expected int64_param or string_param."),
+    ({"sequence_start": ("uint64_param", 1)},
+     "invalid value type for 'sequence_start' parameter, expected bool_param."),
+    ({"triton_foo": ("bool_param", True)},
+     "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys "
+     "starting with 'triton_' are allowed: triton_enable_empty_final_response"),
+    ({"triton_enable_empty_final_response": ("int64_param", 1)},
+     "invalid value type for 'triton_enable_empty_final_response' parameter, expected bool_param."),
+])
+def test_request_parameters_of_a_kind_triton_refuses(stub, parameters, message):
+    with pytest.raises(grpc.RpcError) as err:
+        stub.ModelInfer(fp32_request(**parameters))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details() == message
+
+
+@pytest.mark.parametrize("parameters", [
+    {"custom": ("double_param", 0.5)},
+    {"priority": ("uint64_param", 1)},
+    {"timeout": ("int64_param", 100_000_000)},
+    {"triton_enable_empty_final_response": ("bool_param", True)},
+])
+def test_request_parameters_of_a_kind_triton_takes(stub, parameters):
+    assert len(stub.ModelInfer(fp32_request(**parameters)).raw_output_contents) == 1
+
+
+def test_an_input_parameter_may_be_uint64(stub):
+    request = fp32_request()
+    request.inputs[0].parameters["custom"].uint64_param = 3
+    assert len(stub.ModelInfer(request).raw_output_contents) == 1
+
+
 def test_raw_size_mismatch(stub):
     request = service_pb2.ModelInferRequest(model_name="simple")
     request.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 16])

@@ -1,4 +1,5 @@
-//! gRPC `map<string, InferParameter>` <-> core [`Parameters`].
+//! gRPC `map<string, InferParameter>` <-> core [`Parameters`], and the
+//! kinds Triton takes for request parameters.
 
 use std::collections::HashMap;
 
@@ -30,6 +31,65 @@ pub fn parameters_from_proto(
             Ok((key, param))
         })
         .collect()
+}
+
+/// The `triton_` request parameters Triton lets a client set.
+const TRITON_RESERVED: &[&str] = &["triton_enable_empty_final_response"];
+
+/// Checks each request-level parameter's kind as Triton's gRPC frontend
+/// does, with its words: the parameters it interprets have their own kinds,
+/// `triton_` names are reserved, and any other parameter may be an int64,
+/// a bool, a string or a double, but not a uint64 (nor nothing).
+pub fn check_request_parameters(map: &HashMap<String, InferParameter>) -> Result<(), Error> {
+    map.iter()
+        .try_for_each(|(key, value)| check_request_parameter(key, value.parameter_choice.as_ref()))
+}
+
+fn check_request_parameter(key: &str, value: Option<&ParameterChoice>) -> Result<(), Error> {
+    if key.starts_with("triton_") && !TRITON_RESERVED.contains(&key) {
+        return Err(Error::invalid_argument(format!(
+            "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: {}",
+            TRITON_RESERVED.join(" ")
+        )));
+    }
+    if matches!((key, value), ("priority", Some(ParameterChoice::Int64Param(p))) if *p < 0) {
+        return Err(Error::invalid_argument(
+            "invalid value for 'priority', expected value >= 0.",
+        ));
+    }
+    match wrong_kind(key, value) {
+        None => Ok(()),
+        Some(expected) => Err(Error::invalid_argument(format!(
+            "invalid value type for '{key}' parameter, expected {expected}."
+        ))),
+    }
+}
+
+/// The kinds Triton names when `value` is not of a kind `key` takes.
+fn wrong_kind(key: &str, value: Option<&ParameterChoice>) -> Option<&'static str> {
+    use ParameterChoice::{BoolParam, DoubleParam, Int64Param, StringParam, Uint64Param};
+    let (takes, expected) = match key {
+        "sequence_id" => (
+            matches!(value, Some(Int64Param(_) | StringParam(_))),
+            "int64_param or string_param",
+        ),
+        "sequence_start" | "sequence_end" | "triton_enable_empty_final_response" => {
+            (matches!(value, Some(BoolParam(_))), "bool_param")
+        }
+        "priority" => (
+            matches!(value, Some(Int64Param(_) | Uint64Param(_))),
+            "int64_param or uint64_param",
+        ),
+        "timeout" => (matches!(value, Some(Int64Param(_))), "int64_param"),
+        _ => (
+            matches!(
+                value,
+                Some(Int64Param(_) | BoolParam(_) | StringParam(_) | DoubleParam(_))
+            ),
+            "int64_param, bool_param, or string_param",
+        ),
+    };
+    (!takes).then_some(expected)
 }
 
 /// Converts core [`Parameters`] to a gRPC parameter map.
@@ -80,6 +140,70 @@ mod tests {
         assert_eq!(params["d"], Parameter::Double(0.5));
         assert_eq!(params["s"], Parameter::String("x".into()));
         assert_eq!(parameters_to_proto(&params), map);
+    }
+
+    fn check(key: &str, choice: Option<ParameterChoice>) -> Result<(), String> {
+        let map = HashMap::from([(
+            key.to_string(),
+            InferParameter {
+                parameter_choice: choice,
+            },
+        )]);
+        check_request_parameters(&map).map_err(|e| {
+            assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+            e.message().to_string()
+        })
+    }
+
+    #[test]
+    fn request_parameters_have_the_kinds_triton_takes() {
+        use ParameterChoice::*;
+        let any = "int64_param, bool_param, or string_param.";
+        assert_eq!(
+            check("custom", Some(Uint64Param(7))).unwrap_err(),
+            format!("invalid value type for 'custom' parameter, expected {any}")
+        );
+        assert!(check("custom", None).unwrap_err().ends_with(any));
+        assert!(check("custom", Some(DoubleParam(0.5))).is_ok());
+        assert!(check("priority", Some(Uint64Param(1))).is_ok());
+        assert_eq!(
+            check("priority", Some(Int64Param(-1))).unwrap_err(),
+            "invalid value for 'priority', expected value >= 0."
+        );
+        assert!(
+            check("priority", Some(StringParam("x".into())))
+                .unwrap_err()
+                .ends_with("expected int64_param or uint64_param.")
+        );
+        assert!(
+            check("timeout", Some(Uint64Param(1)))
+                .unwrap_err()
+                .ends_with("expected int64_param.")
+        );
+        assert!(
+            check("sequence_id", Some(Uint64Param(5)))
+                .unwrap_err()
+                .ends_with("expected int64_param or string_param.")
+        );
+        assert!(
+            check("sequence_end", Some(Int64Param(1)))
+                .unwrap_err()
+                .ends_with("expected bool_param.")
+        );
+    }
+
+    #[test]
+    fn triton_names_are_reserved() {
+        assert_eq!(
+            check("triton_foo", Some(ParameterChoice::BoolParam(true))).unwrap_err(),
+            "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: triton_enable_empty_final_response"
+        );
+        let key = "triton_enable_empty_final_response";
+        assert!(check(key, Some(ParameterChoice::BoolParam(true))).is_ok());
+        assert_eq!(
+            check(key, Some(ParameterChoice::Int64Param(1))).unwrap_err(),
+            format!("invalid value type for '{key}' parameter, expected bool_param.")
+        );
     }
 
     #[test]

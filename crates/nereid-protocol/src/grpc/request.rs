@@ -11,11 +11,11 @@ use bytes::Bytes;
 use nereid_core::{DataType, Error, InferRequest, InputTensor, RequestedOutput, SharedMemoryRef};
 
 use super::contents::{Target, contents_to_raw};
-use super::params::parameters_from_proto;
+use super::params::{check_request_parameters, parameters_from_proto};
 use super::parse_model_version;
 use crate::inference::ModelInferRequest;
 use crate::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
-use crate::parameters::{Wire, check_sequence, take_bool};
+use crate::parameters::take_bool;
 
 /// Decodes a gRPC inference request. Shapes, datatypes and byte sizes are
 /// checked against the model by the engine; this checks what only the wire
@@ -31,6 +31,8 @@ pub fn decode_infer_request(request: ModelInferRequest) -> Result<InferRequest, 
         raw_input_contents,
     } = request;
     let model_version = parse_model_version(&model_version)?;
+    // Triton reads the request's parameters before its inputs.
+    check_request_parameters(&parameters)?;
     let has_raw = !raw_input_contents.is_empty();
     let mut raw = raw_input_contents.into_iter();
     let inputs = inputs
@@ -45,7 +47,6 @@ pub fn decode_infer_request(request: ModelInferRequest) -> Result<InferRequest, 
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut parameters = parameters_from_proto(parameters, "the request")?;
-    check_sequence(&parameters, Wire::Grpc)?;
     // Every gRPC output is raw already; dropped so that backends see the same
     // parameters whichever protocol a request came by (as REST does).
     take_bool(&mut parameters, "binary_data_output", "the request")?;

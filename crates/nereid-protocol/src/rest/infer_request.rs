@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{json_data, params};
-use crate::parameters::{Wire, check_sequence, take_bool, take_size};
+use crate::parameters::{take_bool, take_size};
 
 #[derive(Deserialize)]
 struct RequestJson {
@@ -93,7 +93,7 @@ pub fn decode_infer_request(
         )));
     }
     let mut parameters = params::from_json(parsed.parameters.unwrap_or_default(), "the request")?;
-    check_sequence(&parameters, Wire::Rest)?;
+    params::check_sequence(&parameters)?;
     let default_binary =
         take_bool(&mut parameters, "binary_data_output", "the request")?.unwrap_or(false);
     let mut encoding = OutputEncoding {

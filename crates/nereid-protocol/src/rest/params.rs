@@ -24,6 +24,34 @@ pub fn from_json(map: Map<String, Value>, what: &str) -> Result<Parameters, Erro
         .collect()
 }
 
+/// Checks the sequence parameters every request may carry, whatever its
+/// model, as Triton's HTTP frontend does: `sequence_id` an unsigned integer
+/// or a string, `sequence_start` and `sequence_end` booleans. Triton's
+/// words, which it answers with 500 and Nereid with 400 (the request is at
+/// fault).
+pub fn check_sequence(params: &Parameters) -> Result<(), Error> {
+    match params.get("sequence_id") {
+        None | Some(Parameter::Uint64(_) | Parameter::String(_)) => {}
+        Some(Parameter::Int64(v)) if *v >= 0 => {}
+        Some(_) => {
+            return Err(Error::invalid_argument(
+                "Unable to parse 'sequence_id': attempt to access JSON non-string as string",
+            ));
+        }
+    }
+    for key in ["sequence_start", "sequence_end"] {
+        match params.get(key) {
+            None | Some(Parameter::Bool(_)) => {}
+            Some(_) => {
+                return Err(Error::invalid_argument(format!(
+                    "Unable to parse '{key}': attempt to access JSON non-boolean as boolean"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn bad(key: &str, what: &str) -> Error {
     Error::invalid_argument(format!(
         "parameter '{key}' of {what} must be a boolean, a number or a string"
