@@ -3,6 +3,9 @@
 //! graceful shutdown. Built as a library so tests start it in-process on
 //! ports the OS picks.
 //!
+//! An OpenAI-compatible frontend serves text and embedding models on a
+//! port of its own.
+//!
 //! Frontends translate wire messages with `nereid-protocol` and call the
 //! engine; they must not know which backend serves a model.
 
@@ -17,6 +20,7 @@ mod limits;
 pub mod logging;
 mod metrics;
 pub mod model_control;
+mod openai;
 pub mod restricted;
 mod server;
 mod tls;
@@ -24,5 +28,6 @@ pub mod trace;
 
 pub use limits::Limits;
 pub use metrics::MetricsOptions;
+pub use openai::{ApiKey, OpenAiEndpoint};
 pub use server::{RestrictedApis, RunningServer, ServerConfig, start};
 pub use tls::{EndpointTls, PemFile, ServerTls, TlsError, TlsFiles};

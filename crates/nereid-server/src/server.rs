@@ -10,6 +10,7 @@ use crate::backends::{EngineService, backends};
 use crate::limits::{ConnectionLimit, Limits};
 use crate::logging::LogControl;
 use crate::metrics::MetricsOptions;
+use crate::openai::{OpenAi, OpenAiEndpoint};
 use crate::restricted::Restrictions;
 use crate::tls::{EndpointTls, ServerTls};
 use crate::trace::{TraceOptions, Tracer};
@@ -48,6 +49,8 @@ pub struct ServerConfig {
     pub restricted: RestrictedApis,
     /// TLS on the HTTP and gRPC endpoints.
     pub tls: EndpointTls,
+    /// The OpenAI-compatible endpoint; `None` turns it off.
+    pub openai: Option<OpenAiEndpoint>,
 }
 
 /// The restricted API groups of each endpoint.
@@ -85,6 +88,7 @@ pub struct RunningServer {
     http_addr: Option<SocketAddr>,
     grpc_addr: Option<SocketAddr>,
     metrics_addr: Option<SocketAddr>,
+    openai_addr: Option<SocketAddr>,
     exit_timeout: Duration,
     stop: watch::Sender<bool>,
     frontends: Vec<JoinHandle<anyhow::Result<()>>>,
@@ -169,6 +173,21 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         }
         None => None,
     };
+    let openai_addr = match &config.openai {
+        Some(openai) => {
+            let listener = bind(openai.address, "OpenAI", None).await?;
+            let local = listener.local_addr()?;
+            frontends.push(tokio::spawn(crate::openai::serve(
+                OpenAi::new(engine.clone(), config.engine.repositories.clone()),
+                openai.api_key.clone(),
+                config.limits.http_max_input_bytes,
+                listener,
+                signal(&stopped),
+            )));
+            Some(local)
+        }
+        None => None,
+    };
     let loader = engine.clone();
     let loading = tokio::task::spawn_blocking(move || match loader.load_all() {
         Ok(failures) => failures,
@@ -187,6 +206,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         http_addr,
         grpc_addr,
         metrics_addr,
+        openai_addr,
         exit_timeout: config.exit_timeout,
         stop,
         frontends,
@@ -238,6 +258,10 @@ impl RunningServer {
 
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics_addr
+    }
+
+    pub fn openai_addr(&self) -> Option<SocketAddr> {
+        self.openai_addr
     }
 
     /// Waits until the initial model load has finished (each model ready

@@ -14,6 +14,7 @@ use crate::server::ServerConfig;
 
 mod devices;
 mod limits;
+mod openai;
 mod restricted;
 mod settings;
 mod tls;
@@ -21,6 +22,7 @@ mod trace;
 
 use devices::DeviceFlags;
 use limits::LimitFlags;
+use openai::OpenAiFlags;
 use restricted::RestrictedFlags;
 use settings::{metrics_options, python_path, response_cache_bytes};
 use tls::TlsFlags;
@@ -198,6 +200,9 @@ pub struct Args {
 
     #[command(flatten)]
     pub tls: TlsFlags,
+
+    #[command(flatten)]
+    pub openai: OpenAiFlags,
 }
 
 /// `--model-control-mode` values, as tritonserver spells them.
@@ -242,7 +247,7 @@ impl Args {
                 anyhow::bail!("--model-repository {} is not a folder", repo.display());
             }
         }
-        if !self.allow_http && !self.allow_grpc {
+        if !self.allow_http && !self.allow_grpc && self.openai.openai_port.is_none() {
             anyhow::bail!("--allow-http and --allow-grpc are both false: nothing would serve");
         }
         if !self.load_model.is_empty() && self.model_control_mode != ModelControlMode::Explicit {
@@ -291,6 +296,7 @@ impl Args {
             limits: self.limits.limits(),
             restricted: self.restricted.restricted_apis()?,
             tls: self.tls.tls(self.allow_http, self.allow_grpc)?,
+            openai: self.openai.endpoint(self.http_address)?,
         })
     }
 }
