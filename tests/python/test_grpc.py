@@ -42,7 +42,8 @@ def test_health_and_metadata(client):
     assert client.is_model_ready("simple")
     assert not client.is_model_ready("nope")
     meta = client.get_server_metadata(as_json=True)
-    assert meta["name"] == "nereid" and "binary_tensor_data" in meta["extensions"]
+    # Triton's name: its own client examples check it.
+    assert meta["name"] == "triton" and "binary_tensor_data" in meta["extensions"]
     model = client.get_model_metadata("simple", as_json=True)
     assert model["platform"] == "onnxruntime_onnx"
     assert model["inputs"][0] == {"name": "INPUT0", "datatype": "INT32", "shape": ["-1", "16"]}
@@ -160,6 +161,16 @@ def test_errors(stub, case, model, version, shape, datatype, code, fragment):
         ok.inputs.add(name=name, datatype="INT32", shape=[1, 16])
         ok.raw_input_contents.append(b"\x01\x00\x00\x00" * 16)
     assert len(stub.ModelInfer(ok).raw_output_contents) == 2
+
+
+def test_model_metadata_lists_the_version_asked_for(stub):
+    def versions(version):
+        request = service_pb2.ModelMetadataRequest(name="add_sub_versions", version=version)
+        return list(stub.ModelMetadata(request).versions)
+
+    assert versions("") == ["1", "2"]
+    assert versions("1") == ["1"]
+    assert versions("2") == ["2"]
 
 
 def fp32_request(**parameters):

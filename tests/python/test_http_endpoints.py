@@ -22,7 +22,11 @@ def test_health(server):
 
 def test_server_metadata_lists_real_extensions(server):
     body = requests.get(f"{server.base}/v2").json()
-    assert body["name"] == "nereid"
+    # Triton's name (its client examples check it), keys in Triton's order;
+    # Nereid says who it is in its startup log line.
+    assert body["name"] == "triton"
+    assert list(body) == ["name", "version", "extensions"]
+    assert "Nereid " in server.log()
     assert "binary_tensor_data" in body["extensions"]
     assert "statistics" in body["extensions"]
     assert "system_shared_memory" in body["extensions"]
@@ -47,6 +51,14 @@ def test_model_metadata(server):
     }
     versions = requests.get(f"{server.base}/v2/models/add_sub_versions").json()["versions"]
     assert versions == ["1", "2"]
+    # Asked for one version, Triton lists that one alone.
+    for version in ("1", "2"):
+        meta = requests.get(f"{server.base}/v2/models/add_sub_versions/versions/{version}").json()
+        assert meta["versions"] == [version]
+        assert list(meta) == ["name", "versions", "platform", "inputs", "outputs"]
+    r = requests.get(f"{server.base}/v2/models/add_sub_versions/versions/3")
+    assert r.status_code == 404
+    assert r.json() == {"error": "Request for unknown model: 'add_sub_versions' version 3 is not found"}
     string = requests.get(f"{server.base}/v2/models/string_identity").json()
     assert string["inputs"][0]["datatype"] == "BYTES"
 

@@ -1,9 +1,12 @@
 //! What the server says about itself (`GET /v2`, gRPC `ServerMetadata`).
 
-/// The server's name in metadata responses.
-pub const SERVER_NAME: &str = "nereid";
+/// The server's name in metadata responses: Triton's, because clients
+/// check it (Triton's own `simple_http_health_metadata.py` and
+/// `simple_grpc_health_metadata.py` expect `triton`). Nereid says who it
+/// is in its startup log line and `nereid --version`.
+pub const SERVER_NAME: &str = "triton";
 
-/// The server's version in metadata responses.
+/// The server's version in metadata responses: Nereid's own.
 pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The Triton protocol extensions this server really implements; an

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backends::{EngineService, backends};
+use crate::info;
 use crate::limits::{ConnectionLimit, Limits};
 use crate::logging::LogControl;
 use crate::metrics::MetricsOptions;
@@ -99,6 +100,11 @@ pub struct RunningServer {
 /// Binds every endpoint, starts serving and begins loading the models in
 /// the background: the server is live at once and ready when they loaded.
 pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
+    tracing::info!(
+        "Nereid {} starting (it answers as Triton Inference Server 2.51: server name '{}')",
+        info::SERVER_VERSION,
+        info::SERVER_NAME
+    );
     let (all_backends, python) = backends(&config);
     let engine = Engine::with_model_control(
         config.engine.clone(),

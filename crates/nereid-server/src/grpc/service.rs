@@ -98,7 +98,10 @@ impl GrpcInferenceService for InferenceService {
         let r = request.into_inner();
         answer(
             wire::parse_model_version(&r.version)
-                .and_then(|version| self.engine.model_metadata(&r.name, version))
+                .and_then(|version| {
+                    let metadata = self.engine.model_metadata(&r.name, version)?;
+                    Ok(metadata.for_version(version))
+                })
                 .map(convert::model_metadata),
         )
     }

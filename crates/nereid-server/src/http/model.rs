@@ -5,28 +5,50 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use nereid_engine::stats::{BatchSnapshot, DurationSnapshot};
-use nereid_engine::{Engine, VersionStatistics};
+use nereid_engine::{Engine, TensorMetadata, VersionStatistics};
 use serde::Serialize;
 
 use super::{ApiError, ModelPath, error_response, json_response};
 
 pub async fn metadata(State(engine): State<Engine>, path: ModelPath) -> Result<Response, ApiError> {
-    let m = engine.model_metadata(&path.model, path.version)?;
-    let tensors = |ts: &[nereid_engine::TensorMetadata]| -> Vec<serde_json::Value> {
-        ts.iter()
-            .map(
-                |t| serde_json::json!({ "name": t.name, "datatype": t.datatype, "shape": t.shape }),
-            )
-            .collect()
-    };
-    Ok(Json(serde_json::json!({
-        "name": m.name,
-        "versions": m.versions,
-        "platform": m.platform,
-        "inputs": tensors(&m.inputs),
-        "outputs": tensors(&m.outputs),
-    }))
+    let m = engine
+        .model_metadata(&path.model, path.version)?
+        .for_version(path.version);
+    Ok(Json(MetadataJson {
+        name: &m.name,
+        versions: &m.versions,
+        platform: &m.platform,
+        inputs: m.inputs.iter().map(TensorJson::from).collect(),
+        outputs: m.outputs.iter().map(TensorJson::from).collect(),
+    })
     .into_response())
+}
+
+/// Model metadata with its keys in Triton's order.
+#[derive(Serialize)]
+struct MetadataJson<'a> {
+    name: &'a str,
+    versions: &'a [String],
+    platform: &'a str,
+    inputs: Vec<TensorJson<'a>>,
+    outputs: Vec<TensorJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct TensorJson<'a> {
+    name: &'a str,
+    datatype: &'a str,
+    shape: &'a [i64],
+}
+
+impl<'a> From<&'a TensorMetadata> for TensorJson<'a> {
+    fn from(t: &'a TensorMetadata) -> Self {
+        TensorJson {
+            name: &t.name,
+            datatype: &t.datatype,
+            shape: &t.shape,
+        }
+    }
 }
 
 /// Triton answers 400 `Model version not ready` for any model or version

@@ -5,6 +5,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use nereid_engine::Engine;
+use serde::Serialize;
 
 use crate::info;
 
@@ -26,10 +27,18 @@ pub async fn ready(State(engine): State<Engine>) -> StatusCode {
 }
 
 pub async fn metadata(State(engine): State<Engine>) -> Response {
-    Json(serde_json::json!({
-        "name": info::SERVER_NAME,
-        "version": info::SERVER_VERSION,
-        "extensions": info::extensions(&engine),
-    }))
+    Json(ServerMetadata {
+        name: info::SERVER_NAME,
+        version: info::SERVER_VERSION,
+        extensions: info::extensions(&engine),
+    })
     .into_response()
+}
+
+/// Server metadata with its keys in Triton's order.
+#[derive(Serialize)]
+struct ServerMetadata {
+    name: &'static str,
+    version: &'static str,
+    extensions: Vec<&'static str>,
 }
