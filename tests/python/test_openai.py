@@ -107,6 +107,12 @@ def test_models_lists_the_text_and_embedding_models(client):
                                 "param": "model", "code": "model_not_found"}
 
 
+def test_readiness_on_the_openai_port(server):
+    r = requests.get(f"{server.openai_url[:-len('/v1')]}/health/ready",
+                     headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
+    assert r.status_code == 200
+
+
 # --- completions ----------------------------------------------------------
 
 def test_completion_answers_whole_with_usage(client):

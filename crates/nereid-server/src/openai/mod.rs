@@ -1,8 +1,8 @@
 //! The OpenAI-compatible frontend (`--openai-port`), after Triton's
 //! (`python/openai` in Triton's repository): `GET /v1/models`,
 //! `GET /v1/models/{id}`, `POST /v1/completions`,
-//! `POST /v1/chat/completions` (streamed as server-sent events or whole)
-//! and `POST /v1/embeddings`. Requests are mapped onto models that use the
+//! `POST /v1/chat/completions` (streamed as server-sent events or whole),
+//! `POST /v1/embeddings` and `GET /health/ready`. Requests are mapped onto models that use the
 //! tensor names of Triton's vLLM and TensorRT-LLM backends (see
 //! `generate` and `embeddings`), sent through the engine, and answered in
 //! OpenAI's shapes; errors in OpenAI's `{"error": {...}}` body.
@@ -29,8 +29,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
-use axum::http::{Method, Uri};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{Method, StatusCode, Uri};
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use nereid_core::InferRequest;
@@ -141,6 +141,7 @@ pub(crate) fn router(state: OpenAi, api_key: Option<ApiKey>, max_body: usize) ->
         .route("/v1/completions", post(completions::create))
         .route("/v1/chat/completions", post(chat::create))
         .route("/v1/embeddings", post(embeddings::create))
+        .route("/health/ready", get(ready))
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(state);
@@ -148,6 +149,17 @@ pub(crate) fn router(state: OpenAi, api_key: Option<ApiKey>, max_body: usize) ->
         Some(key) => routes.layer(axum::middleware::from_fn_with_state(key, auth::check)),
         None => routes,
     }
+}
+
+/// Triton's frontend answers readiness on its own port too: 200 when the
+/// server is ready, else 400 with its words.
+async fn ready(State(state): State<OpenAi>) -> Result<StatusCode, ApiError> {
+    if state.engine.is_ready() {
+        return Ok(StatusCode::OK);
+    }
+    Err(ApiError::invalid(
+        "Attached inference engine is not ready for inference requests.",
+    ))
 }
 
 async fn no_route(method: Method, uri: Uri) -> ApiError {
