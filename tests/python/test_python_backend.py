@@ -139,6 +139,10 @@ def test_add_sub_in_python_beside_onnx(srv, protocol):
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_identity_returns_every_datatype_unchanged(srv, protocol):
+    if protocol == "http-json":
+        # One request carries every datatype, and Triton takes FP16 over
+        # HTTP as binary data only (test_http_infer.py checks JSON per type).
+        pytest.skip("FP16 cannot travel as JSON")
     rng = np.random.default_rng(7)
     inputs = []
     for wire, dtype in TYPES.items():

@@ -6,7 +6,7 @@ use nereid_core::{DataType, Error, InferResponse, Parameters};
 use serde::Serialize;
 
 use super::infer_request::OutputEncoding;
-use super::json_data::JsonData;
+use super::json_data::{self, JsonData};
 use super::params::JsonParameters;
 
 #[derive(Serialize)]
@@ -32,7 +32,7 @@ struct OutputJson<'a> {
 }
 
 /// An encoded response body; `header_length` is set when raw output bytes
-/// follow the JSON header.
+/// follow the JSON header (not when every binary output is empty).
 #[derive(Debug)]
 pub struct EncodedResponse {
     pub body: Bytes,
@@ -66,12 +66,18 @@ fn placements(response: &InferResponse, encoding: &OutputEncoding) -> Vec<Placem
 }
 
 /// Encodes `response`, sending as raw bytes the outputs `encoding` marks
-/// binary.
+/// binary. An FP16 or BF16 output asked for as JSON fails the whole
+/// response, as in Triton.
 pub fn encode_infer_response(
     response: &InferResponse,
     encoding: &OutputEncoding,
 ) -> Result<EncodedResponse, Error> {
     let placements = placements(response, encoding);
+    for (output, &placement) in response.outputs.iter().zip(&placements) {
+        if placement == Placement::Json {
+            json_data::check_output(output.datatype)?;
+        }
+    }
     let binary_params: Vec<Option<Parameters>> = response
         .outputs
         .iter()
@@ -118,7 +124,9 @@ pub fn encode_infer_response(
         .filter(|(_, p)| p.is_some())
         .map(|(o, _)| o.data.len())
         .sum();
-    if binary_params.iter().all(Option::is_none) {
+    // As in Triton, empty binary outputs add no bytes, and a body without
+    // binary bytes goes as JSON.
+    if binary_len == 0 {
         return Ok(EncodedResponse {
             body: Bytes::from(header),
             header_length: None,
@@ -150,6 +158,55 @@ mod tests {
             shape: vec![data.len() as i64],
             data: Bytes::from(data),
         }
+    }
+
+    #[test]
+    fn a_half_float_output_asked_for_as_json_is_refused() {
+        let half = Tensor {
+            datatype: DataType::Fp16,
+            ..tensor("OUT", vec![0, 60])
+        };
+        let response = InferResponse {
+            model_name: "m".into(),
+            model_version: 1,
+            id: String::new(),
+            outputs: vec![half],
+            parameters: Parameters::new(),
+            in_shared_memory: Vec::new(),
+        };
+        let e = encode_infer_response(&response, &OutputEncoding::default()).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "sending FP16 data via JSON is not supported. Please use the binary data format for output"
+        );
+        let binary = OutputEncoding {
+            default_binary: true,
+            explicit: Vec::new(),
+        };
+        assert!(encode_infer_response(&response, &binary).is_ok());
+    }
+
+    #[test]
+    fn empty_binary_outputs_leave_a_json_body() {
+        let response = InferResponse {
+            model_name: "m".into(),
+            model_version: 1,
+            id: String::new(),
+            outputs: vec![tensor("EMPTY", vec![])],
+            parameters: Parameters::new(),
+            in_shared_memory: Vec::new(),
+        };
+        let binary = OutputEncoding {
+            default_binary: true,
+            explicit: Vec::new(),
+        };
+        let encoded = encode_infer_response(&response, &binary).unwrap();
+        assert_eq!(encoded.header_length, None);
+        let body: serde_json::Value = serde_json::from_slice(&encoded.body).unwrap();
+        assert_eq!(
+            body["outputs"][0]["parameters"]["binary_data_size"],
+            serde_json::json!(0)
+        );
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Tensor data in JSON: nested arrays of numbers, booleans or strings in
 //! row-major order <-> the raw little-endian layout (and `BYTES` framing)
-//! that core tensors carry.
+//! that core tensors carry. FP16 and BF16 travel in binary only: Triton
+//! refuses them in JSON both ways, with the words below.
 
-use half::{bf16, f16};
 use nereid_core::tensor::{bytes_elements, push_bytes_element};
 use nereid_core::{DataType, Error};
 use serde::ser::{Error as _, Serialize, SerializeSeq, Serializer};
@@ -17,6 +17,13 @@ pub fn encode(
     data: &Value,
     expected: u64,
 ) -> Result<Vec<u8>, Error> {
+    // Triton reads no data at all for an empty shape, so only then is a
+    // half-float input in JSON let through.
+    if is_binary_only(datatype) && expected != 0 {
+        return Err(Error::invalid_argument(format!(
+            "receiving {datatype} data via JSON is not supported. Please use the binary data format for input {name}"
+        )));
+    }
     let mut flat = Vec::new();
     flatten(data, &mut flat);
     if flat.len() as u64 != expected {
@@ -34,6 +41,22 @@ pub fn encode(
         })?;
     }
     Ok(out)
+}
+
+/// Whether tensors of `datatype` are never sent as JSON, as in Triton.
+fn is_binary_only(datatype: DataType) -> bool {
+    matches!(datatype, DataType::Fp16 | DataType::Bf16)
+}
+
+/// Refuses an output of `datatype` requested as JSON, in Triton's words
+/// (which, unlike the input's, name no tensor).
+pub fn check_output(datatype: DataType) -> Result<(), Error> {
+    if is_binary_only(datatype) {
+        return Err(Error::invalid_argument(format!(
+            "sending {datatype} data via JSON is not supported. Please use the binary data format for output"
+        )));
+    }
+    Ok(())
 }
 
 fn flatten<'a>(value: &'a Value, out: &mut Vec<&'a Value>) {
@@ -67,8 +90,8 @@ fn push_element(out: &mut Vec<u8>, datatype: DataType, value: &Value) -> Option<
         DataType::Int16 => int!(i16),
         DataType::Int32 => int!(i32),
         DataType::Int64 => int!(i64),
-        DataType::Fp16 => out.extend_from_slice(&f16::from_f64(value.as_f64()?).to_le_bytes()),
-        DataType::Bf16 => out.extend_from_slice(&bf16::from_f64(value.as_f64()?).to_le_bytes()),
+        // Refused by `encode` before any element is read.
+        DataType::Fp16 | DataType::Bf16 => return None,
         DataType::Fp32 => out.extend_from_slice(&(value.as_f64()? as f32).to_le_bytes()),
         DataType::Fp64 => out.extend_from_slice(&value.as_f64()?.to_le_bytes()),
         DataType::Bytes => push_bytes_element(out, value.as_str()?.as_bytes()),
@@ -106,8 +129,11 @@ impl Serialize for JsonData<'_> {
             DataType::Int16 => each!(i16, 2, |v| v),
             DataType::Int32 => each!(i32, 4, |v| v),
             DataType::Int64 => each!(i64, 8, |v| v),
-            DataType::Fp16 => each!(u16, 2, |v| f16::from_bits(v).to_f32()),
-            DataType::Bf16 => each!(u16, 2, |v| bf16::from_bits(v).to_f32()),
+            // `encode_infer_response` refuses these before serializing.
+            DataType::Fp16 | DataType::Bf16 => Err(S::Error::custom(format!(
+                "{} data is sent in binary only",
+                self.datatype
+            ))),
             DataType::Fp32 => each!(f32, 4, |v| v),
             DataType::Fp64 => each!(f64, 8, |v| v),
             DataType::Bytes => {
@@ -155,11 +181,6 @@ mod tests {
             round_trip(DataType::Int64, json!([i64::MIN]), 1),
             json!([i64::MIN])
         );
-        assert_eq!(
-            round_trip(DataType::Fp16, json!([1.5, -2.0]), 2),
-            json!([1.5, -2.0])
-        );
-        assert_eq!(round_trip(DataType::Bf16, json!([1.5]), 1), json!([1.5]));
         assert_eq!(round_trip(DataType::Fp32, json!([0.25]), 1), json!([0.25]));
         assert_eq!(
             round_trip(DataType::Fp64, json!([1e300]), 1),
@@ -169,6 +190,25 @@ mod tests {
             round_trip(DataType::Bytes, json!(["a", "", "é"]), 3),
             json!(["a", "", "é"])
         );
+    }
+
+    #[test]
+    fn half_floats_are_refused_in_json_as_triton_refuses_them() {
+        let e = encode("INPUT0", DataType::Fp16, &json!([1.5, -2.0]), 2).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "receiving FP16 data via JSON is not supported. Please use the binary data format for input INPUT0"
+        );
+        let e = encode("X", DataType::Bf16, &json!([[1.5]]), 1).unwrap_err();
+        assert!(e.message().starts_with("receiving BF16 data"), "{e}");
+        // An empty tensor carries no data to refuse.
+        assert_eq!(encode("X", DataType::Fp16, &json!([]), 0).unwrap(), b"");
+        let e = check_output(DataType::Fp16).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "sending FP16 data via JSON is not supported. Please use the binary data format for output"
+        );
+        assert!(check_output(DataType::Fp32).is_ok());
     }
 
     #[test]
