@@ -1,12 +1,16 @@
 """Health, metadata, config, statistics and the repository index over
-HTTP, checked with tritonclient and with raw requests."""
+HTTP, checked with tritonclient (also its asyncio client) and with raw
+requests."""
 
 from __future__ import annotations
+
+import asyncio
 
 import numpy as np
 import pytest
 import requests
 import tritonclient.http as httpclient
+import tritonclient.http.aio as aioclient
 
 
 def test_health(server):
@@ -131,3 +135,31 @@ def test_trace_settings_have_no_per_version_path(server):
     r = requests.get(f"{server.base}/v2/models/simple/versions/1/trace/setting")
     assert r.status_code == 404
     assert requests.get(f"{server.base}/v2/models/simple/trace/setting").status_code == 200
+
+
+
+def test_the_asyncio_client_reads_every_answer(server):
+    """aiohttp asks for gzip but tritonclient.http.aio inflates only infer
+    responses: everything else must come plain, as from Triton."""
+
+    async def calls():
+        async with aioclient.InferenceServerClient(server.http_url) as c:
+            assert (await c.get_server_metadata())["name"] == "triton"
+            stats = await c.get_inference_statistics("simple")
+            assert stats["model_stats"][0]["name"] == "simple"
+            assert (await c.get_model_metadata("simple"))["versions"] == ["1"]
+            assert (await c.get_model_config("simple"))["max_batch_size"] == 8
+            index = await c.get_model_repository_index()
+            assert {"name": "simple", "version": "1", "state": "READY"} in index
+            a = np.arange(16, dtype=np.int32).reshape(1, 16)
+            inputs = []
+            for name in ("INPUT0", "INPUT1"):
+                t = aioclient.InferInput(name, [1, 16], "INT32")
+                t.set_data_from_numpy(a)
+                inputs.append(t)
+            for algorithm in (None, "gzip", "deflate"):
+                result = await c.infer("simple", inputs, request_compression_algorithm=algorithm,
+                                       response_compression_algorithm=algorithm)
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2)
+
+    asyncio.run(calls())

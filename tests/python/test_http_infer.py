@@ -1,11 +1,13 @@
 """Inference over HTTP with the real tritonclient: every example model,
-every datatype, JSON and binary tensors, compression; where Triton answers
-in its own way (half floats in JSON), its exact answers, as real Triton
-2.51 gave them."""
+every datatype, JSON and binary tensors, raw bodies, compression; where
+Triton answers in its own way (half floats in JSON, encodings), its exact
+answers, as real Triton 2.51 gave them."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 
 import numpy as np
 import pytest
@@ -164,3 +166,131 @@ def test_half_floats_travel_in_binary_only(client, server):
     t.set_data_from_numpy(x, binary_data=True)
     out = client.infer("identity_fp16", [t], outputs=[httpclient.InferRequestedOutput("OUTPUT0")])
     np.testing.assert_array_equal(out.as_numpy("OUTPUT0"), x)
+
+
+# --- a raw body: Inference-Header-Content-Length 0 -------------------------
+
+RAW = {"Inference-Header-Content-Length": "0"}
+
+
+def split_binary(r):
+    length = int(r.headers["Inference-Header-Content-Length"])
+    return json.loads(r.content[:length]), r.content[length:]
+
+
+@pytest.mark.parametrize("version", [None, "1"])
+def test_a_raw_body_is_the_data_of_the_models_one_input(server, version):
+    x = np.array([1.5, 2.5, 3.5], dtype=np.float32)
+    r = post_infer(server, "identity_fp32", x.tobytes(), RAW, version)
+    assert r.status_code == 200, r.text
+    assert r.headers["Content-Type"] == "application/octet-stream"
+    header, data = split_binary(r)
+    # A batching model gets a batch of 1; the variable dimension is what
+    # the body makes it; every output comes back binary.
+    assert header == {"model_name": "identity_fp32", "model_version": "1", "outputs": [
+        {"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 3],
+         "parameters": {"binary_data_size": 12}}]}
+    assert data == x.tobytes()
+
+
+def test_raw_bodies_as_triton_reads_them(server):
+    x = np.array([1.5, 2.5, 3.5], dtype=np.float32)
+    r = post_infer(server, "identity_fp32", gzip.compress(x.tobytes()),
+                   {**RAW, "Content-Encoding": "gzip"})
+    assert r.status_code == 200 and split_binary(r)[1] == x.tobytes()
+    # A header length that is not a number reads as 0 (C's atoi).
+    r = post_infer(server, "identity_fp32", x.tobytes(), {"Inference-Header-Content-Length": "abc"})
+    assert r.status_code == 200 and split_binary(r)[1] == x.tobytes()
+    # An empty body, with or without the header: an empty input, and the
+    # empty binary output leaves a plain JSON answer.
+    for headers in (RAW, {}):
+        r = post_infer(server, "identity_fp32", b"", headers)
+        assert r.status_code == 200, r.text
+        assert "Inference-Header-Content-Length" not in r.headers
+        assert r.headers["Content-Type"] == "application/json"
+        assert r.json()["outputs"] == [{"name": "OUTPUT0", "datatype": "FP32", "shape": [1, 0],
+                                        "parameters": {"binary_data_size": 0}}]
+    mlp = post_infer(server, "mlp", np.zeros(256, np.float32).tobytes(), RAW)
+    assert mlp.status_code == 200
+    assert split_binary(mlp)[0]["outputs"][0]["shape"] == [1, 16]
+
+
+@pytest.mark.parametrize("model,body,message", [
+    ("simple", bytes(64), "[request id: <id_unknown>] Raw request must only have 1 input (found 1) "
+                          "to be deduced but got 2 inputs in 'simple' model configuration"),
+    ("add_sub_versions", bytes(16), "[request id: <id_unknown>] Raw request must only have 1 input "
+                                    "(found 1) to be deduced but got 2 inputs in 'add_sub_versions' "
+                                    "model configuration"),
+    ("string_identity", b"hello", "[request id: <id_unknown>] For BYTE datatype raw input 'INPUT0', "
+                                  "the model must have input shape [1]"),
+])
+def test_raw_bodies_triton_refuses(server, model, body, message):
+    r = post_infer(server, model, body, RAW)
+    assert r.status_code == 400
+    assert r.json() == {"error": message}
+
+
+def test_raw_body_of_the_wrong_size_and_header_lengths_out_of_range(server):
+    r = post_infer(server, "identity_fp32", bytes(11), RAW)
+    assert r.status_code == 400
+    # Triton names the input 'raw_input' here; Nereid names it.
+    assert r.json()["error"] == ("[request id: <id_unknown>] input byte size mismatch for input "
+                                 "'INPUT0' for model 'identity_fp32'. Expected 8, got 11")
+    for value in ("-1", "99999"):
+        r = post_infer(server, "identity_fp32", bytes(94), {"Inference-Header-Content-Length": value})
+        assert r.status_code == 400
+        assert r.json() == {"error": f"inference header size should be in range (0, 94), got: {value}"}
+
+
+# --- content encodings: only the infer route, as Triton -------------------
+
+FP32_BODY = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 3], "datatype": "FP32",
+                                    "data": [1.0, 2.0, 3.0]}]}).encode()
+
+
+@pytest.mark.parametrize("encoding", ["br", "GZIP", "gzip, deflate", "zstd"])
+def test_an_unknown_request_encoding_is_501(server, encoding):
+    r = post_infer(server, "identity_fp32", FP32_BODY, {"Content-Encoding": encoding})
+    assert r.status_code == 501
+    assert r.content == b'{"error":"Unsupported compression type"}'
+    assert r.headers["Accept-Encoding"] == "gzip, deflate"
+    # The model is looked up first.
+    r = post_infer(server, "nope", FP32_BODY, {"Content-Encoding": encoding})
+    assert r.status_code == 404
+    assert r.json() == {"error": "Request for unknown model: 'nope' is not found"}
+
+
+def test_identity_and_deflate_request_bodies_are_taken(server):
+    r = post_infer(server, "identity_fp32", FP32_BODY, {"Content-Encoding": "identity"})
+    assert r.status_code == 200
+    r = post_infer(server, "identity_fp32", zlib.compress(FP32_BODY), {"Content-Encoding": "deflate"})
+    assert r.status_code == 200 and r.json()["outputs"][0]["data"] == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("accept,expected", [
+    ("gzip", "gzip"), ("deflate", "deflate"), ("gzip, deflate", "gzip"), ("deflate, gzip", "deflate"),
+    ("gzip;q=0.5, deflate", "deflate"), ("identity, gzip;q=2", "gzip"), ("gzip;q=0", None),
+    ("br", None), ("*", None), ("GZIP", None), ("", None),
+])
+def test_an_infer_response_is_compressed_as_triton_picks(server, accept, expected):
+    r = requests.post(f"{server.base}/v2/models/identity_fp32/infer", data=FP32_BODY,
+                      headers={"Accept-Encoding": accept}, stream=True)
+    raw = r.raw.read(decode_content=False)
+    assert r.status_code == 200
+    assert r.headers.get("Content-Encoding") == expected
+    plain = {"gzip": gzip.decompress, "deflate": zlib.decompress, None: bytes}[expected](raw)
+    assert json.loads(plain)["outputs"][0]["data"] == [1.0, 2.0, 3.0]
+
+
+def test_nothing_but_a_successful_infer_response_is_compressed(server):
+    calls = [("get", "/v2", None), ("get", "/v2/models/simple", None),
+             ("get", "/v2/models/simple/config", None), ("get", "/v2/models/simple/stats", None),
+             ("get", "/v2/models/stats", None), ("post", "/v2/repository/index", b"{}"),
+             ("get", "/v2/models/nope", None),
+             ("post", "/v2/models/identity_fp32/infer", FP32_BODY.replace(b"FP32", b"INT32"))]
+    for method, path, data in calls:
+        r = requests.request(method, f"{server.base}{path}", data=data,
+                             headers={"Accept-Encoding": "gzip, deflate"}, stream=True)
+        raw = r.raw.read(decode_content=False)
+        assert "Content-Encoding" not in r.headers, path
+        json.loads(raw)

@@ -1,11 +1,14 @@
 //! `POST /v2/models/{m}/infer` bodies: a JSON header, then binary tensor
-//! data, split where `Inference-Header-Content-Length` says.
+//! data, split where `Inference-Header-Content-Length` says; without a
+//! header (the value 0, or an empty body) the raw data of a model's one
+//! input.
 
 use bytes::Bytes;
-use nereid_protocol::rest::decode_infer_request;
+use nereid_core::InferRequest;
+use nereid_protocol::rest::{decode_infer_request, inference_header_length};
 
 use crate::assert_clear;
-use crate::models::validate_against_models;
+use crate::models::{raw_against_models, validate_against_models};
 
 /// The first byte says where the `Inference-Header-Content-Length` value
 /// comes from: none (`0`), the next two bytes as a big-endian number (`1`)
@@ -15,16 +18,24 @@ pub fn check(data: &[u8]) {
         return;
     };
     let body = Bytes::copy_from_slice(body);
-    match decode_infer_request("m", Some(1), body, header.as_deref()) {
-        Ok(decoded) => {
-            let request = decoded.request;
-            for input in &request.inputs {
-                assert!(input.shape.iter().all(|&d| d >= 0), "{:?}", input.shape);
-            }
-            validate_against_models(&request);
-        }
+    let json_len = match inference_header_length(body.len(), header.as_deref()) {
+        Ok(0) => return raw_against_models(body, check_decoded),
+        Ok(json_len) => json_len,
+        Err(e) => return assert_clear(&e),
+    };
+    match decode_infer_request("m", Some(1), body, json_len) {
+        Ok(decoded) => check_decoded(&decoded.request),
         Err(e) => assert_clear(&e),
     }
+}
+
+/// Every decoded shape is non-negative, and the models' validation takes
+/// or refuses the request cleanly.
+fn check_decoded(request: &InferRequest) {
+    for input in &request.inputs {
+        assert!(input.shape.iter().all(|&d| d >= 0), "{:?}", input.shape);
+    }
+    validate_against_models(request);
 }
 
 /// The header value and the body, as [`check`] reads its input.

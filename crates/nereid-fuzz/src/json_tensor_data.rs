@@ -27,7 +27,8 @@ pub fn check(data: &[u8]) {
         "name": "X", "datatype": datatype.wire_name(), "shape": shape, "data": values
     }]});
     let body = Bytes::from(body.to_string());
-    let input = match decode_infer_request("m", None, body, None) {
+    let json_len = body.len();
+    let input = match decode_infer_request("m", None, body, json_len) {
         Ok(decoded) => decoded
             .request
             .inputs

@@ -1,14 +1,17 @@
-//! Two model configs that decoded requests are validated against, so that
+//! The model configs that decoded requests are validated against, so that
 //! the fuzzer reaches the engine's shape, byte-size, `BYTES` and reshape
-//! checks. The seeds in `fuzz/seeds/` use their input names.
+//! checks, and raw requests (one input) are decoded for. The seeds in
+//! `fuzz/seeds/` use their input names.
 
 use std::sync::LazyLock;
 
+use bytes::Bytes;
 use nereid_core::InferRequest;
 use nereid_core::model_config::{
     DataType as ConfigType, ModelConfig, ModelInput, ModelOutput, ModelTensorReshape,
 };
 use nereid_core::tensor::{count_bytes_elements, element_count};
+use nereid_protocol::rest::decode_raw_infer_request;
 
 use crate::assert_clear;
 
@@ -38,8 +41,9 @@ fn reshaped(mut input: ModelInput, shape: &[i64]) -> ModelInput {
     input
 }
 
-/// `batched` (max_batch_size 4) and `plain` (no batching).
-static MODELS: LazyLock<[ModelConfig; 2]> = LazyLock::new(|| {
+/// `batched` (max_batch_size 4) and `plain` (no batching), and the one-input
+/// models a raw request can go to.
+static MODELS: LazyLock<[ModelConfig; 4]> = LazyLock::new(|| {
     let batched = ModelConfig {
         name: "batched".into(),
         max_batch_size: 4,
@@ -62,8 +66,32 @@ static MODELS: LazyLock<[ModelConfig; 2]> = LazyLock::new(|| {
         output: vec![output("Y", ConfigType::TypeFp32, &[2, 2])],
         ..Default::default()
     };
-    [batched, plain]
+    let raw_numbers = ModelConfig {
+        name: "raw_numbers".into(),
+        max_batch_size: 2,
+        input: vec![input("R", ConfigType::TypeInt16, &[3, -1], false)],
+        output: vec![output("R_OUT", ConfigType::TypeInt16, &[3, -1])],
+        ..Default::default()
+    };
+    let raw_text = ModelConfig {
+        name: "raw_text".into(),
+        input: vec![input("T", ConfigType::TypeString, &[1], false)],
+        output: vec![output("T_OUT", ConfigType::TypeString, &[1])],
+        ..Default::default()
+    };
+    [batched, plain, raw_numbers, raw_text]
 });
+
+/// Decodes `body` as a raw request to each model (only the one-input models
+/// take it), checking what is decoded with `check`.
+pub(crate) fn raw_against_models(body: Bytes, check: impl Fn(&InferRequest)) {
+    for config in MODELS.iter() {
+        match decode_raw_infer_request(&config.name, None, body.clone(), config) {
+            Ok(decoded) => check(&decoded.request),
+            Err(e) => assert_clear(&e),
+        }
+    }
+}
 
 /// Validates `request` against both models: a client error or a request
 /// whose every input holds exactly the data its (reshaped) shape needs.

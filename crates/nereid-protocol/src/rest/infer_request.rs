@@ -1,7 +1,8 @@
 //! Decoding `POST /v2/models/{m}/infer` bodies: plain JSON, or a JSON header
 //! followed by raw tensor bytes (the binary tensor data extension). Binary
 //! inputs stay slices of the received body. Every size a client declares is
-//! checked against what was actually received before it is used.
+//! checked against what was actually received before it is used. A body
+//! without a JSON header is a raw request (`super::raw_request`).
 
 use bytes::Bytes;
 use nereid_core::tensor::element_count;
@@ -66,16 +67,19 @@ pub struct DecodedRequest {
     pub encoding: OutputEncoding,
 }
 
-/// Decodes an inference request body for `model` / `version`.
-/// `header_length` is the `Inference-Header-Content-Length` value, if any.
+/// Decodes an inference request body for `model` / `version` whose first
+/// `json_len` bytes are its JSON header ([`inference_header_length`], not
+/// 0: a body without a header is a raw request).
 pub fn decode_infer_request(
     model: &str,
     version: Option<i64>,
     body: Bytes,
-    header_length: Option<&str>,
+    json_len: usize,
 ) -> Result<DecodedRequest, Error> {
-    let json_len = json_length(body.len(), header_length)?;
-    let parsed: RequestJson = serde_json::from_slice(&body[..json_len]).map_err(|e| {
+    let json = body
+        .get(..json_len)
+        .ok_or_else(|| out_of_range(body.len(), json_len))?;
+    let parsed: RequestJson = serde_json::from_slice(json).map_err(|e| {
         Error::invalid_argument(format!("failed to parse the request JSON buffer: {e}"))
     })?;
     let mut binary = BinaryCursor {
@@ -118,16 +122,47 @@ pub fn decode_infer_request(
     Ok(DecodedRequest { request, encoding })
 }
 
-fn json_length(body_len: usize, header_length: Option<&str>) -> Result<usize, Error> {
-    let Some(value) = header_length else {
+/// The length of the JSON header of a `body_len`-byte body, given its
+/// `Inference-Header-Content-Length` value `header`; 0 means the body is
+/// raw input data. Triton's rules: without the header the whole body is
+/// JSON (so an empty body is raw); the value is read as C's `atoi` reads
+/// it (`abc` is 0) and may be anything from 0 to the body's length.
+pub fn inference_header_length(body_len: usize, header: Option<&str>) -> Result<usize, Error> {
+    let Some(value) = header else {
         return Ok(body_len);
     };
-    match value.trim().parse::<usize>() {
-        Ok(n) if n > 0 && n <= body_len => Ok(n),
+    match usize::try_from(atoi(value)) {
+        Ok(n) if n <= body_len => Ok(n),
         _ => Err(Error::invalid_argument(format!(
-            "inference header size should be in range (0, {body_len}], got: {value}"
+            "inference header size should be in range (0, {body_len}), got: {value}"
         ))),
     }
+}
+
+/// C's `atoi`: leading white space, a sign, then as many digits as there
+/// are; 0 without digits. A value past `i32` (where `atoi` is undefined)
+/// reads as -1, which every caller refuses.
+fn atoi(text: &str) -> i64 {
+    let text = text.trim_start();
+    let (sign, rest) = match text.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    if end == 0 {
+        return 0;
+    }
+    rest[..end]
+        .parse::<i32>()
+        .map_or(-1, |v| sign * i64::from(v))
+}
+
+fn out_of_range(body_len: usize, json_len: usize) -> Error {
+    Error::invalid_argument(format!(
+        "inference header size should be in range (0, {body_len}), got: {json_len}"
+    ))
 }
 
 /// The part of the body after the JSON header, consumed input by input.
@@ -247,7 +282,26 @@ mod tests {
     use super::*;
 
     fn decode(body: serde_json::Value) -> Result<DecodedRequest, Error> {
-        decode_infer_request("m", None, Bytes::from(body.to_string()), None)
+        let body = Bytes::from(body.to_string());
+        let json_len = body.len();
+        decode_infer_request("m", None, body, json_len)
+    }
+
+    #[test]
+    fn the_header_length_is_read_as_triton_reads_it() {
+        assert_eq!(inference_header_length(94, None).unwrap(), 94);
+        assert_eq!(inference_header_length(0, None).unwrap(), 0);
+        assert_eq!(inference_header_length(94, Some("94")).unwrap(), 94);
+        assert_eq!(inference_header_length(94, Some("0")).unwrap(), 0);
+        assert_eq!(inference_header_length(94, Some("abc")).unwrap(), 0);
+        assert_eq!(inference_header_length(94, Some(" +12abc")).unwrap(), 12);
+        for value in ["-1", "95", "99999999999"] {
+            let e = inference_header_length(94, Some(value)).unwrap_err();
+            assert_eq!(
+                e.message(),
+                format!("inference header size should be in range (0, 94), got: {value}")
+            );
+        }
     }
 
     #[test]

@@ -1,15 +1,22 @@
-//! `POST /v2/models/{m}[/versions/{v}]/infer`: JSON and binary tensor data.
-//! A sampled request is traced from the moment its body starts arriving
-//! until its answer has been sent.
+//! `POST /v2/models/{m}[/versions/{v}]/infer`: JSON and binary tensor data,
+//! or a raw body that is the data of the model's one input. A sampled
+//! request is traced from the moment its body starts arriving until its
+//! answer has been sent. The steps come in Triton's order: the model, the
+//! body's encoding, the header length, then the body.
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use nereid_core::{Activity, Trace};
+use nereid_core::model_config::ModelConfig;
+use nereid_core::{Activity, Error, Trace};
 use nereid_engine::Engine;
-use nereid_protocol::rest::{HEADER_CONTENT_LENGTH, decode_infer_request, encode_infer_response};
+use nereid_protocol::rest::{
+    DecodedRequest, EncodedResponse, HEADER_CONTENT_LENGTH, decode_infer_request,
+    decode_raw_infer_request, encode_infer_response, inference_header_length,
+};
 
+use super::compression::{Encoding, compress, refuse_unknown_encoding, response_encoding};
 use super::{ApiError, ModelPath};
 use crate::trace::{TracedBody, Tracer};
 
@@ -25,23 +32,21 @@ pub async fn infer(
     path: ModelPath,
     request: Request,
 ) -> Result<Response, ApiError> {
+    let config = state.engine.model_config(&path.model, path.version)?;
+    if let Some(refusal) = refuse_unknown_encoding(request.headers()) {
+        return Ok(refusal);
+    }
     let trace = state
         .tracer
         .sample(&path.model, traceparent(request.headers()));
     if let Some(trace) = &trace {
         trace.record(Activity::HttpRecvStart);
     }
-    let header_length = request
-        .headers()
-        .get(HEADER_CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let body = match Bytes::from_request(request, &()).await {
-        Ok(body) => body,
-        Err(rejection) => return Ok(rejection.into_response()),
+    let encoding = response_encoding(request.headers());
+    let mut decoded = match read(&path, &config, request).await {
+        Ok(decoded) => decoded,
+        Err(refusal) => return Ok(refusal),
     };
-    let mut decoded =
-        decode_infer_request(&path.model, path.version, body, header_length.as_deref())?;
     if let Some(trace) = &trace {
         trace.record(Activity::HttpRecvEnd);
     }
@@ -53,8 +58,49 @@ pub async fn infer(
     }
     let encoded = encode_infer_response(&response, &decoded.encoding)?;
     drop(response);
-    let mut http = encoded.body.into_response();
+    let http = respond(encoded, encoding);
+    Ok(match trace {
+        Some(trace) => sent_traced(http, trace),
+        None => http,
+    })
+}
+
+/// Reads and decodes the body: its first `Inference-Header-Content-Length`
+/// bytes are JSON (all of it without the header); with none, the body is
+/// raw data for the one input `config` names.
+async fn read(
+    path: &ModelPath,
+    config: &ModelConfig,
+    request: Request,
+) -> Result<DecodedRequest, Response> {
+    let header_length = request
+        .headers()
+        .get(HEADER_CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = Bytes::from_request(request, &())
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let decode = || -> Result<DecodedRequest, Error> {
+        match inference_header_length(body.len(), header_length.as_deref())? {
+            0 => decode_raw_infer_request(&path.model, path.version, body, config),
+            json_len => decode_infer_request(&path.model, path.version, body, json_len),
+        }
+    };
+    decode().map_err(|e| ApiError(e).into_response())
+}
+
+/// The HTTP response carrying `encoded`, compressed with `encoding`.
+fn respond(encoded: EncodedResponse, encoding: Encoding) -> Response {
+    let (body, content_encoding) = compress(encoded.body, encoding);
+    let mut http = body.into_response();
     let headers = http.headers_mut();
+    if let Some(content_encoding) = content_encoding {
+        headers.insert(
+            header::CONTENT_ENCODING,
+            HeaderValue::from_static(content_encoding),
+        );
+    }
     match encoded.header_length {
         Some(len) => {
             headers.insert(
@@ -70,10 +116,7 @@ pub async fn infer(
             );
         }
     }
-    Ok(match trace {
-        Some(trace) => sent_traced(http, trace),
-        None => http,
-    })
+    http
 }
 
 /// The client's W3C trace context, for OpenTelemetry.

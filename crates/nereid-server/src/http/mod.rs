@@ -3,6 +3,7 @@
 //! every error leaves as `{"error": "..."}` with the status from
 //! `crate::error`.
 
+mod compression;
 mod connections;
 mod cuda_shared_memory;
 mod infer;
@@ -23,7 +24,6 @@ use axum::routing::{get, post};
 use nereid_core::Error;
 use nereid_engine::Engine;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::compression::CompressionLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 use tower_http::timeout::TimeoutBody;
 
@@ -47,12 +47,17 @@ pub fn router(
         engine: engine.clone(),
         tracer: tracer.clone(),
     };
+    // Only the infer route reads Content-Encoding, as in Triton; the
+    // handler refuses the encodings this layer passes through.
+    let infer_route = post(infer::infer)
+        .with_state(infer_state)
+        .layer(RequestDecompressionLayer::new().pass_through_unaccepted(true));
     let model_routes = Router::new()
         .route("/", get(model::metadata))
         .route("/ready", get(model::ready))
         .route("/config", get(model::config))
         .route("/stats", get(model::stats))
-        .route("/infer", post(infer::infer).with_state(infer_state));
+        .route("/infer", infer_route);
     Router::new()
         .route("/v2", get(server::metadata))
         .route("/v2/health/live", get(server::live))
@@ -72,12 +77,10 @@ pub fn router(
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(CatchPanicLayer::custom(panic_response))
-        // The limit holds for the body after decompression: the
-        // decompression layer is outside it.
+        // The limit holds for the body the handler reads: after the infer
+        // route's decompression.
         .layer(DefaultBodyLimit::max(limits.http_max_input_bytes))
         .layer(body_timeout(limits.http_read_timeout))
-        .layer(RequestDecompressionLayer::new())
-        .layer(CompressionLayer::new())
         // Outermost: a refused request is answered before its body is read.
         .layer(RestrictLayer::new(
             restrictions,
