@@ -3,12 +3,14 @@
 //! holding `{"input": <text or token ids>, "pooling_params": {...}}` as
 //! JSON, its output `text_output` holding the embedding as a JSON list of
 //! numbers, and `num_input_tokens` for `usage`. A list of inputs is sent
-//! as that many requests at once; the answer keeps their order.
+//! as that many requests, [`IN_FLIGHT`] at a time (a long list must not
+//! fill the model's bounded queue); the answer keeps their order.
 
 use axum::Json;
 use axum::extract::State;
 use base64::Engine as _;
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 use nereid_core::model_config::ModelConfig;
 use serde_json::{Value, json};
 
@@ -21,6 +23,9 @@ use super::{OpenAi, parse};
 
 /// The most inputs one request may hold (OpenAI's limit).
 pub const MAX_INPUTS: usize = 2048;
+
+/// How many of one request's inputs are at the model at once.
+pub const IN_FLIGHT: usize = 32;
 
 pub async fn create(
     State(state): State<OpenAi>,
@@ -43,14 +48,14 @@ pub async fn create(
         Some(d) => json!({ "dimensions": [d] }),
         None => json!({}),
     };
-    let all = items.into_iter().map(|item| {
-        embed(
-            &state,
-            &model.config,
-            json!({"input": item, "pooling_params": pooling}),
-        )
-    });
-    let answers = futures::future::try_join_all(all).await?;
+    let answers: Vec<_> = futures::stream::iter(items)
+        .map(|item| {
+            let request = json!({"input": item, "pooling_params": pooling});
+            embed(&state, &model.config, request)
+        })
+        .buffered(IN_FLIGHT)
+        .try_collect()
+        .await?;
     let prompt_tokens: Option<u64> = answers.iter().map(|(_, tokens)| *tokens).sum();
     let data = answers
         .into_iter()
