@@ -86,6 +86,7 @@ bench: setup-test release
 	benches/protocol_extensions.sh
 	benches/tls.sh
 	benches/sequence.sh
+	benches/decoupled.sh
 	benches/instructions.sh
 
 ## Runs every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz);

@@ -2,12 +2,14 @@
 //! binary tensor data extension, or raw input data) and response, and
 //! Triton's JSON rendering of a model config.
 
+mod generate;
 mod infer_request;
 mod infer_response;
 mod json_data;
 mod params;
 mod raw_request;
 
+pub use generate::{GenerateInput, decode_generate_request, encode_generate_response};
 pub use infer_request::{
     DecodedRequest, OutputEncoding, decode_infer_request, inference_header_length,
 };

@@ -33,6 +33,12 @@ pub async fn infer(
     request: Request,
 ) -> Result<Response, ApiError> {
     let config = state.engine.model_config(&path.model, path.version)?;
+    if config.model_transaction_policy.is_some_and(|p| p.decoupled) {
+        return Err(nereid_core::Error::unsupported(
+            "HTTP end point doesn't support models with decoupled transaction policy",
+        )
+        .into());
+    }
     if let Some(refusal) = refuse_unknown_encoding(request.headers()) {
         return Ok(refusal);
     }

@@ -6,6 +6,7 @@
 mod compression;
 mod connections;
 mod cuda_shared_memory;
+mod generate;
 mod infer;
 mod logging;
 mod model;
@@ -57,7 +58,9 @@ pub fn router(
         .route("/ready", get(model::ready))
         .route("/config", get(model::config))
         .route("/stats", get(model::stats))
-        .route("/infer", infer_route);
+        .route("/infer", infer_route)
+        .route("/generate", post(generate::generate))
+        .route("/generate_stream", post(generate::generate_stream));
     Router::new()
         .route("/v2", get(server::metadata))
         .route("/v2/health/live", get(server::live))

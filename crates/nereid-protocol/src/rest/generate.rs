@@ -1,0 +1,288 @@
+//! Triton's generate extension (`/generate`, `/generate_stream`): a flat
+//! JSON object instead of KServe's `inputs` list. A top-level key that
+//! names one of the model's inputs becomes that tensor, shaped from the
+//! model's dimensions; any other key becomes a request parameter. A
+//! response is a flat object too: each output by name (a lone element
+//! unwrapped from its array), `model_name`, `model_version`, `id` when
+//! there is one, and the response parameters.
+
+use bytes::Bytes;
+use nereid_core::{
+    DataType, Error, InferRequest, InferResponse, InputTensor, Parameter, Parameters,
+};
+use serde_json::{Map, Value};
+
+use super::json_data::{self, JsonData};
+
+/// One input of the model, as its metadata gives it: `dims` with a
+/// leading -1 for the batch when the model batches.
+#[derive(Debug, Clone)]
+pub struct GenerateInput {
+    pub name: String,
+    pub datatype: DataType,
+    pub dims: Vec<i64>,
+}
+
+/// Decodes a generate request body for `model` with `inputs`. An empty
+/// body is an empty object.
+pub fn decode_generate_request(
+    model: &str,
+    version: Option<i64>,
+    body: &[u8],
+    inputs: &[GenerateInput],
+) -> Result<InferRequest, Error> {
+    let object: Map<String, Value> = if body.iter().all(u8::is_ascii_whitespace) {
+        Map::new()
+    } else {
+        match serde_json::from_slice(body) {
+            Ok(Value::Object(object)) => object,
+            Ok(_) => {
+                return Err(Error::invalid_argument(
+                    "the generate request must be a JSON object",
+                ));
+            }
+            Err(e) => {
+                return Err(Error::invalid_argument(format!(
+                    "failed to parse the request JSON buffer: {e}"
+                )));
+            }
+        }
+    };
+    let mut request = InferRequest {
+        model_name: model.to_owned(),
+        model_version: version,
+        ..Default::default()
+    };
+    for (key, value) in object {
+        match inputs.iter().find(|input| input.name == key) {
+            Some(input) => request.inputs.push(tensor(input, &value)?),
+            None => {
+                request
+                    .parameters
+                    .insert(key.clone(), parameter(&key, value)?);
+            }
+        }
+    }
+    Ok(request)
+}
+
+/// The tensor for `input` from its JSON value (one element, or a flat
+/// array), shaped as Triton shapes it: the fixed dimensions take their
+/// share of the elements, the innermost variable one takes the rest and
+/// the other variable ones are 1.
+fn tensor(input: &GenerateInput, value: &Value) -> Result<InputTensor, Error> {
+    let count = match value {
+        Value::Array(items) => items.len() as i64,
+        _ => 1,
+    };
+    let shape = shape_for(&input.name, &input.dims, count)?;
+    let data = json_data::encode(&input.name, input.datatype, value, count as u64)?;
+    Ok(InputTensor {
+        name: input.name.clone(),
+        datatype: input.datatype,
+        shape,
+        data: Bytes::from(data),
+        parameters: Parameters::new(),
+    })
+}
+
+fn shape_for(name: &str, dims: &[i64], count: i64) -> Result<Vec<i64>, Error> {
+    let unfit = || {
+        Error::invalid_argument(format!(
+            "The schema can not convert input '{name}' to tensor with proper shape"
+        ))
+    };
+    let mut left = count;
+    for &dim in dims.iter().rev().filter(|&&d| d != -1) {
+        if dim == 0 || left % dim != 0 {
+            return Err(unfit());
+        }
+        left /= dim;
+    }
+    let mut shape = dims.to_vec();
+    for dim in shape.iter_mut().rev().filter(|d| **d == -1) {
+        *dim = left;
+        left = 1;
+    }
+    if left != 1 && count != 0 {
+        return Err(unfit());
+    }
+    Ok(shape)
+}
+
+/// A request parameter from a key that names no input, as Triton takes
+/// it: a string, an integer, a boolean or another number.
+fn parameter(key: &str, value: Value) -> Result<Parameter, Error> {
+    match value {
+        Value::String(s) => Ok(Parameter::String(s)),
+        Value::Bool(b) => Ok(Parameter::Bool(b)),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Ok(Parameter::Int64(i)),
+            (None, Some(f)) => Ok(Parameter::Double(f)),
+            (None, None) => Err(invalid_parameter(key)),
+        },
+        _ => Err(invalid_parameter(key)),
+    }
+}
+
+fn invalid_parameter(key: &str) -> Error {
+    Error::invalid_argument(format!(
+        "parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
+    ))
+}
+
+/// Encodes one response as its flat JSON object.
+pub fn encode_generate_response(response: &InferResponse) -> Result<Vec<u8>, Error> {
+    let mut object = Map::new();
+    if !response.id.is_empty() {
+        object.insert("id".into(), Value::String(response.id.clone()));
+    }
+    object.insert(
+        "model_name".into(),
+        Value::String(response.model_name.clone()),
+    );
+    object.insert(
+        "model_version".into(),
+        Value::String(response.model_version.to_string()),
+    );
+    for (key, value) in response.parameters.iter() {
+        let value = match value {
+            Parameter::Bool(b) => Value::from(*b),
+            Parameter::Int64(i) => Value::from(*i),
+            Parameter::Uint64(u) => Value::from(*u),
+            Parameter::Double(d) => Value::from(*d),
+            Parameter::String(s) => Value::from(s.clone()),
+        };
+        object.insert(key.clone(), value);
+    }
+    for output in &response.outputs {
+        json_data::check_output(output.datatype)?;
+        let data = serde_json::to_value(JsonData {
+            datatype: output.datatype,
+            data: &output.data,
+        })
+        .map_err(|e| Error::internal(format!("output '{}': {e}", output.name)))?;
+        let value = match data {
+            Value::Array(mut items) if items.len() == 1 => items.remove(0),
+            other => other,
+        };
+        object.insert(output.name.clone(), value);
+    }
+    serde_json::to_vec(&Value::Object(object))
+        .map_err(|e| Error::internal(format!("cannot encode the response: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use nereid_core::Tensor;
+    use serde_json::json;
+
+    use super::*;
+
+    fn inputs() -> Vec<GenerateInput> {
+        vec![
+            GenerateInput {
+                name: "text_input".into(),
+                datatype: DataType::Bytes,
+                dims: vec![1],
+            },
+            GenerateInput {
+                name: "ids".into(),
+                datatype: DataType::Int32,
+                dims: vec![-1, 2, -1],
+            },
+        ]
+    }
+
+    #[test]
+    fn inputs_become_tensors_and_other_keys_parameters() {
+        let body = json!({"text_input": "hi", "stream": false, "max_tokens": 5, "temperature": 0.5, "tag": "x"});
+        let request =
+            decode_generate_request("m", Some(2), body.to_string().as_bytes(), &inputs()).unwrap();
+        assert_eq!(
+            (request.model_name.as_str(), request.model_version),
+            ("m", Some(2))
+        );
+        let text = &request.inputs[0];
+        assert_eq!(
+            (text.name.as_str(), text.shape.as_slice()),
+            ("text_input", &[1][..])
+        );
+        assert_eq!(text.data.as_ref(), b"\x02\x00\x00\x00hi");
+        assert_eq!(
+            request.parameters.get("stream"),
+            Some(&Parameter::Bool(false))
+        );
+        assert_eq!(
+            request.parameters.get("max_tokens"),
+            Some(&Parameter::Int64(5))
+        );
+        assert_eq!(
+            request.parameters.get("temperature"),
+            Some(&Parameter::Double(0.5))
+        );
+        assert_eq!(
+            request.parameters.get("tag"),
+            Some(&Parameter::String("x".into()))
+        );
+    }
+
+    #[test]
+    fn variable_dimensions_take_what_the_fixed_ones_leave() {
+        let body = json!({"ids": [1, 2, 3, 4, 5, 6]});
+        let request =
+            decode_generate_request("m", None, body.to_string().as_bytes(), &inputs()).unwrap();
+        assert_eq!(request.inputs[0].shape, [1, 2, 3]);
+        let odd = json!({"ids": [1, 2, 3]});
+        let error =
+            decode_generate_request("m", None, odd.to_string().as_bytes(), &inputs()).unwrap_err();
+        assert_eq!(
+            error.message(),
+            "The schema can not convert input 'ids' to tensor with proper shape"
+        );
+    }
+
+    #[test]
+    fn objects_and_arrays_are_no_parameters() {
+        let body = json!({"options": {"a": 1}});
+        let error =
+            decode_generate_request("m", None, body.to_string().as_bytes(), &inputs()).unwrap_err();
+        assert_eq!(
+            error.message(),
+            "parameter 'options' has invalid type. It should be either 'int', 'bool', or 'string'."
+        );
+        assert!(decode_generate_request("m", None, b"", &inputs()).is_ok());
+        assert!(decode_generate_request("m", None, b"[1]", &inputs()).is_err());
+    }
+
+    #[test]
+    fn a_response_is_a_flat_object_with_lone_elements_unwrapped() {
+        let response = InferResponse {
+            model_name: "m".into(),
+            model_version: 1,
+            id: String::new(),
+            outputs: vec![
+                Tensor {
+                    name: "text_output".into(),
+                    datatype: DataType::Bytes,
+                    shape: vec![1],
+                    data: Bytes::from_static(b"\x02\x00\x00\x00ok"),
+                },
+                Tensor {
+                    name: "pair".into(),
+                    datatype: DataType::Int32,
+                    shape: vec![2],
+                    data: Bytes::from_static(&[1, 0, 0, 0, 2, 0, 0, 0]),
+                },
+            ],
+            parameters: Parameters::new(),
+            in_shared_memory: Vec::new(),
+        };
+        let encoded: Value =
+            serde_json::from_slice(&encode_generate_response(&response).unwrap()).unwrap();
+        assert_eq!(
+            encoded,
+            json!({"model_name": "m", "model_version": "1", "text_output": "ok", "pair": [1, 2]})
+        );
+    }
+}
