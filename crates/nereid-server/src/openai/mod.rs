@@ -17,6 +17,8 @@ mod embeddings;
 mod error;
 mod generate;
 mod models;
+#[cfg(test)]
+mod router_tests;
 mod schema;
 mod stream;
 mod template;
