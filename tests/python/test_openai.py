@@ -1,7 +1,8 @@
 """The OpenAI-compatible frontend (--openai-port) through the official
 `openai` client: model listing, completions and chat completions streamed
-and whole (include_usage, stop, max_tokens, echo), chat templates, the API
-key, refusals in OpenAI's error shape, and embeddings of a real model.
+and whole (include_usage, stop, max_tokens, echo), a stream's client going
+away (the model sees the request cancelled), chat templates, the API key,
+refusals in OpenAI's error shape, and embeddings of a real model.
 
 Text comes from model_repository/echo_words (the prompt's words back, one
 per streamed response); embeddings from all-MiniLM-L6-v2 in
@@ -14,6 +15,7 @@ import base64
 import importlib.util
 import json
 import shutil
+import time
 
 import numpy as np
 import openai
@@ -49,6 +51,46 @@ output [
 ]
 """
 
+# A text model that streams a word every 50 ms until its client goes away,
+# then writes how many it sent to the file its config names.
+SLOW_MODEL = """
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.marker = config["parameters"]["marker"]["string_value"]
+
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            for sent in range(600):
+                if request.is_cancelled():
+                    with open(self.marker, "w") as f:
+                        f.write(str(sent))
+                    break
+                word = pb_utils.Tensor("text_output", np.array([b"w "], dtype=np.object_))
+                sender.send(pb_utils.InferenceResponse([word]))
+                time.sleep(0.05)
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+SLOW_CONFIG = """
+name: "slow_words"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
+parameters { key: "marker" value: { string_value: "MARKER" } }
+"""
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
@@ -63,11 +105,16 @@ def server(tmp_path_factory):
     shutil.copytree(echo / "1", repo / "echo_trtllm" / "1")
     (repo / "echo_trtllm" / "config.pbtxt").write_text(TRTLLM_CONFIG)
     shutil.copytree(REPO_ROOT / "model_repository" / "simple", repo / "simple")
+    (repo / "slow_words" / "1").mkdir(parents=True)
+    (repo / "slow_words" / "1" / "model.py").write_text(SLOW_MODEL)
+    marker = tmp / "cancelled"
+    (repo / "slow_words" / "config.pbtxt").write_text(SLOW_CONFIG.replace("MARKER", str(marker)))
     if HAS_EMBEDDER:
         shutil.copytree(REPO_ROOT / "tests/python/openai_models" / EMBEDDER, repo / EMBEDDER)
     port = free_port()
     s = start_server(tmp, [repo], [f"--openai-port={port}", f"--openai-api-key={KEY}"])
     s.openai_url = f"http://127.0.0.1:{port}/v1"
+    s.cancelled_marker = marker
     yield s
     code = stop_server(s)
     assert code == 0, f"nereid exited with {code}:\n{s.log()}"
@@ -95,7 +142,7 @@ def refusal(error: openai.APIStatusError) -> dict:
 def test_models_lists_the_text_and_embedding_models(client):
     models = client.models.list().data
     ids = [m.id for m in models]
-    assert {"echo_words", "echo_plain", "echo_trtllm"} <= set(ids)
+    assert {"echo_words", "echo_plain", "echo_trtllm", "slow_words"} <= set(ids)
     assert "simple" not in ids  # not a text model
     assert (EMBEDDER in ids) == HAS_EMBEDDER
     card = client.models.retrieve("echo_words")
@@ -172,6 +219,20 @@ def test_stream_is_server_sent_events_ending_with_done(server):
     assert events[-2:] == ["data: [DONE]", ""], body
     assert all(e.startswith("data: ") for e in events[:-1])
     assert json.loads(events[0][len("data: "):])["choices"][0]["text"] == "x"
+
+
+def test_a_client_that_goes_away_cancels_the_request(server):
+    with requests.post(f"{server.openai_url}/completions", stream=True, timeout=30,
+                       headers={"Authorization": f"Bearer {KEY}"},
+                       json={"model": "slow_words", "prompt": "p", "stream": True}) as r:
+        lines = r.iter_lines()
+        assert next(lines).startswith(b"data: ")
+    # The model would stream for 30 s; it stops when it sees the cancel.
+    deadline = time.monotonic() + 20
+    while not server.cancelled_marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.cancelled_marker.exists(), "the model never saw the request cancelled"
+    assert int(server.cancelled_marker.read_text() or 0) < 600
 
 
 def test_tensorrt_llm_request_format(client):
