@@ -1,7 +1,8 @@
 """The metrics port, read with Prometheus's own text parser: Triton's
 metric names, types and labels, counts that move with inferences against
 `model_repository/simple`, the pending-request gauge, the CPU gauges, and
-`--metrics-config` (summary_latencies, counter_latencies)."""
+`--metrics-config` (summary_latencies, counter_latencies,
+histogram_latencies, histogram_buckets)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,13 @@ SUMMARIES = [
     "nv_inference_compute_input_summary_us",
     "nv_inference_compute_infer_summary_us",
     "nv_inference_compute_output_summary_us",
+]
+HISTOGRAMS = [
+    "nv_inference_request_histogram_ms",
+    "nv_inference_queue_histogram_ms",
+    "nv_inference_compute_input_histogram_ms",
+    "nv_inference_compute_infer_histogram_ms",
+    "nv_inference_compute_output_histogram_ms",
 ]
 CPU_GAUGES = ["nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes"]
 TRITON_QUANTILES = {"0.5", "0.9", "0.95", "0.99", "0.999"}
@@ -125,6 +133,8 @@ def test_tritons_families_have_their_types_and_labels(default_server):
     assert value(families, "nv_inference_pending_request_count", SIMPLE) == 0
     for name in SUMMARIES:
         assert name not in families, "summaries are off by default, as in Triton"
+    for name in HISTOGRAMS:
+        assert name not in families, "histograms are off by default, as in Triton"
     for family in families.values():
         for sample in family.samples:
             if family.name.startswith("nv_inference"):
@@ -188,6 +198,34 @@ def test_counter_latencies_false_drops_the_duration_counters(summary_server):
     for name in COUNTERS:
         value(families, name, SIMPLE)
     value(families, FAILURE, {**SIMPLE, "reason": "OTHER"})
+
+
+def test_histograms_when_asked_for(tmp_path):
+    """Cumulative buckets at the bounds asked for, ending at +Inf with
+    the count, which is the success counter's; the counters stay."""
+    s = start_server(tmp_path, [repository(tmp_path)],
+                     ["--metrics-config=histogram_latencies=true",
+                      "--metrics-config=histogram_buckets=0.05,1,20000"])
+    try:
+        infer_simple(s, 3)
+        families = scrape(s)
+        for name in HISTOGRAMS:
+            family = families[name]
+            assert family.type == "histogram", name
+            buckets = [(b.labels["le"], b.value) for b in family.samples
+                       if b.name == f"{name}_bucket" and b.labels["model"] == "simple"]
+            assert [le for le, _ in buckets] == ["0.05", "1", "20000", "+Inf"], buckets
+            counts = [count for _, count in buckets]
+            assert counts == sorted(counts) and counts[-1] == 3, (name, buckets)
+            assert value(families, name, SIMPLE, sample=f"{name}_count") == 3
+            total_ms = value(families, name, SIMPLE, sample=f"{name}_sum")
+            assert 0 <= total_ms < 3 * 20000
+        assert value(families, "nv_inference_request_success", SIMPLE) == 3
+        assert value(families, "nv_inference_request_histogram_ms", {**SIMPLE, "le": "+Inf"},
+                     sample="nv_inference_request_histogram_ms_bucket") == 3
+        value(families, "nv_inference_request_duration_us", SIMPLE)
+    finally:
+        assert stop_server(s) == 0, s.log()
 
 
 def test_allow_cpu_metrics_false_drops_the_cpu_gauges(summary_server):
@@ -277,8 +315,8 @@ def test_a_backend_failure_is_counted_under_backend(tmp_path):
         assert stop_server(s) == 0, s.log()
 
 
-def test_bad_metrics_config_stops_startup(tmp_path):
+@pytest.mark.parametrize("setting", ["summary_latencies=maybe", "histogram_buckets=5,1"])
+def test_bad_metrics_config_stops_startup(tmp_path, setting):
     with pytest.raises(RuntimeError) as e:
-        start_server(tmp_path, [repository(tmp_path)],
-                     ["--metrics-config=summary_latencies=maybe"])
-    assert "summary_latencies=maybe" in str(e.value)
+        start_server(tmp_path, [repository(tmp_path)], [f"--metrics-config={setting}"])
+    assert setting in str(e.value)

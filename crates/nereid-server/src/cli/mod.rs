@@ -89,7 +89,9 @@ pub struct Args {
     /// A metrics setting, `<key>=<value>`; repeat for several:
     /// `counter_latencies=<bool>` (the *_duration_us counters, default
     /// true), `summary_latencies=<bool>` (the *_summary_us summaries,
-    /// default false), `summary_quantiles=<q>:<error>,...`.
+    /// default false), `summary_quantiles=<q>:<error>,...`,
+    /// `histogram_latencies=<bool>` (the *_histogram_ms histograms, default
+    /// false), `histogram_buckets=<ms>,...` (their bucket bounds).
     #[arg(long = "metrics-config", value_name = "KEY=VALUE")]
     pub metrics_config: Vec<String>,
 

@@ -83,6 +83,8 @@ pub(super) fn metrics_options(
             "counter_latencies" => options.counter_latencies = boolean(setting, value)?,
             "summary_latencies" => options.summary_latencies = boolean(setting, value)?,
             "summary_quantiles" => options.quantiles = quantiles(setting, value)?,
+            "histogram_latencies" => options.histogram_latencies = boolean(setting, value)?,
+            "histogram_buckets" => options.histogram_buckets = buckets(setting, value)?,
             _ => tracing::warn!("--metrics-config {setting}: not used by Nereid"),
         }
     }
@@ -110,6 +112,25 @@ fn quantiles(setting: &str, value: &str) -> anyhow::Result<Vec<f64>> {
             }
         })
         .collect()
+}
+
+/// `<bound>,...`: the histograms' bucket bounds in milliseconds, each
+/// above the one before (Nereid's key; Triton sets its one histogram's
+/// buckets in a model's config).
+fn buckets(setting: &str, value: &str) -> anyhow::Result<Vec<f64>> {
+    let bounds = value
+        .split(',')
+        .map(|bound| match bound.trim().parse::<f64>() {
+            Ok(ms) if ms.is_finite() && ms > 0.0 => Ok(ms),
+            _ => anyhow::bail!(
+                "--metrics-config {setting}: {bound:?} is not a bucket bound in milliseconds above 0"
+            ),
+        })
+        .collect::<anyhow::Result<Vec<f64>>>()?;
+    if bounds.windows(2).any(|pair| pair[0] >= pair[1]) {
+        anyhow::bail!("--metrics-config {setting}: bucket bounds must go up");
+    }
+    Ok(bounds)
 }
 
 #[cfg(test)]
@@ -171,10 +192,26 @@ mod tests {
             metrics_options(&[], 2000, true, true).unwrap(),
             MetricsOptions::default()
         );
+        let histograms = metrics_options(
+            &set(&["histogram_latencies=true", "histogram_buckets=0.5, 1,2.5"]),
+            2000,
+            true,
+            true,
+        )
+        .unwrap();
+        assert!(histograms.histogram_latencies);
+        assert_eq!(histograms.histogram_buckets, [0.5, 1.0, 2.5]);
         for bad in [
             "summary_latencies",
             "summary_latencies=maybe",
             "summary_quantiles=2:0.1",
+            "histogram_latencies=sometimes",
+            "histogram_buckets=",
+            "histogram_buckets=1,x",
+            "histogram_buckets=0,1",
+            "histogram_buckets=5,1",
+            "histogram_buckets=1,1",
+            "histogram_buckets=1,inf",
         ] {
             let err = metrics_options(&set(&[bad]), 2000, true, true).unwrap_err();
             assert!(err.to_string().contains(bad), "{err}");

@@ -58,6 +58,7 @@ fn version_statistics(v: VersionStatistics) -> ModelStatistics {
         last_inference_ms,
         cancelled: _,
         sequences_reaped: _,
+        latency_histograms: _,
         batches,
     } = v.stats;
     ModelStatistics {
@@ -166,6 +167,7 @@ mod tests {
                 last_inference_ms: 1_700_000_000_000,
                 cancelled: 2,
                 sequences_reaped: 0,
+                latency_histograms: None,
                 batches: vec![BatchSnapshot {
                     batch_size: 2,
                     compute_input: d(1, 2),

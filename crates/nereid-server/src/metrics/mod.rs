@@ -1,13 +1,14 @@
 //! Prometheus metrics on their own port, with Triton's metric names and
 //! `model` / `version` labels: counters from the engine's statistics at
-//! scrape time, the pending-request gauge, latency summaries when asked
-//! for, and CPU and GPU gauges refreshed every metrics interval. The text format
+//! scrape time, the pending-request gauge, latency summaries and
+//! histograms when asked for, and CPU and GPU gauges refreshed every metrics interval. The text format
 //! is `metrics-exporter-prometheus`'s.
 
 mod cache;
 mod cpu;
 mod families;
 mod gpu;
+mod histograms;
 mod summaries;
 
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use tokio::net::TcpListener;
 
 use cpu::{CpuMonitor, CpuReading};
 use gpu::{GpuMonitor, GpuReading};
+pub use histograms::BUCKETS_MS;
 pub use summaries::QUANTILES;
 use summaries::Summaries;
 
@@ -43,6 +45,12 @@ pub struct MetricsOptions {
     pub summary_latencies: bool,
     /// The summaries' quantiles (`summary_quantiles`).
     pub quantiles: Vec<f64>,
+    /// The `*_histogram_ms` histograms (`histogram_latencies`, default
+    /// false).
+    pub histogram_latencies: bool,
+    /// The histograms' bucket bounds in milliseconds, ascending
+    /// (`histogram_buckets`).
+    pub histogram_buckets: Vec<f64>,
     /// The `nv_cpu_*` gauges.
     pub cpu: bool,
     /// The `nv_gpu_*` gauges and `nv_energy_consumption`.
@@ -56,6 +64,8 @@ impl Default for MetricsOptions {
             counter_latencies: true,
             summary_latencies: false,
             quantiles: QUANTILES.to_vec(),
+            histogram_latencies: false,
+            histogram_buckets: BUCKETS_MS.to_vec(),
             cpu: true,
             gpu: true,
         }
@@ -83,6 +93,12 @@ pub async fn serve(
         false => None,
     };
     nereid_engine::stats::set_latency_sampling(summaries.is_some());
+    let buckets: Vec<Duration> = options
+        .histogram_buckets
+        .iter()
+        .map(|&ms| Duration::from_nanos((ms * 1e6).round() as u64))
+        .collect();
+    nereid_engine::stats::set_latency_histograms(options.histogram_latencies.then_some(&buckets));
     let metrics = Metrics {
         engine,
         options: Arc::new(options),
@@ -145,6 +161,7 @@ impl Metrics {
             summaries.record(&activity);
             append(&mut text, &summaries.render());
         }
+        append(&mut text, &histograms::render(&stats));
         text
     }
 }

@@ -1,15 +1,23 @@
 //! Per model-version statistics with Triton's meanings: counts and
 //! cumulative nanoseconds for success, failure, queue, compute input,
 //! compute infer and compute output, plus per-batch-size execution stats;
-//! the requests waiting now; and, when summaries are wanted, each
-//! successful request's latencies until the metrics endpoint takes them.
+//! the requests waiting now; when summaries are wanted, each successful
+//! request's latencies until the metrics endpoint takes them; and, when
+//! histograms are, their buckets.
+
+mod histogram;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
+
+pub use histogram::{
+    Histogram, HistogramSnapshot, LatencyHistograms, LatencyHistogramsSnapshot,
+    set_latency_histograms,
+};
 
 /// A count and a cumulative duration.
 #[derive(Debug, Default)]
@@ -149,6 +157,8 @@ pub struct ModelStats {
     samples: Mutex<Vec<LatencySample>>,
     rejected: AtomicU64,
     backend_failures: AtomicU64,
+    /// Made by the first request counted while histograms are on.
+    histograms: OnceLock<LatencyHistograms>,
     /// Sequences the sequence batcher released for being idle; it counts
     /// them here itself.
     pub(crate) sequences_reaped: Arc<AtomicU64>,
@@ -164,6 +174,9 @@ impl ModelStats {
         self.compute_infer.record(compute.infer);
         self.compute_output.record(compute.output);
         self.touch();
+        if let Some(histograms) = self.histograms() {
+            histograms.record_success(total, queue, compute);
+        }
         if SAMPLING.load(Ordering::Relaxed) {
             let mut samples = self.samples.lock();
             if samples.len() < MAX_SAMPLES {
@@ -200,6 +213,24 @@ impl ModelStats {
         self.queue.record(Duration::ZERO);
         self.cache_hit.record(lookup);
         self.touch();
+        if let Some(histograms) = self.histograms() {
+            histograms.record_cache_hit(total);
+        }
+    }
+
+    /// The latency histograms, made on first use, while they are on.
+    fn histograms(&self) -> Option<&LatencyHistograms> {
+        if !histogram::enabled() {
+            return None;
+        }
+        if let Some(histograms) = self.histograms.get() {
+            return Some(histograms);
+        }
+        let bounds = histogram::bounds()?;
+        Some(
+            self.histograms
+                .get_or_init(|| LatencyHistograms::new(&bounds)),
+        )
     }
 
     /// One request the response cache could not answer; `lookup` covers
@@ -280,6 +311,7 @@ impl ModelStats {
             last_inference_ms: self.last_inference_ms.load(Ordering::Relaxed),
             cancelled: self.cancelled.load(Ordering::Relaxed),
             sequences_reaped: self.sequences_reaped.load(Ordering::Relaxed),
+            latency_histograms: self.histograms.get().map(LatencyHistograms::snapshot),
             batches: batches
                 .iter()
                 .map(|(&batch_size, b)| BatchSnapshot {
@@ -327,6 +359,9 @@ pub struct StatsSnapshot {
     pub cancelled: u64,
     /// Sequences released for being idle (`max_sequence_idle_microseconds`).
     pub sequences_reaped: u64,
+    /// The latency histograms, once histograms are on and a request was
+    /// counted in them.
+    pub latency_histograms: Option<LatencyHistogramsSnapshot>,
     pub batches: Vec<BatchSnapshot>,
 }
 
@@ -401,5 +436,22 @@ mod tests {
         assert_eq!(taken.len(), 1);
         assert_eq!(taken[0].request, ms);
         assert!(stats.take_samples().is_empty());
+    }
+
+    #[test]
+    fn histograms_count_while_they_are_on() {
+        let stats = ModelStats::default();
+        let ms = Duration::from_millis(1);
+        stats.record_success(ms, ms, ComputeTimes::default());
+        assert_eq!(stats.snapshot().latency_histograms, None);
+        set_latency_histograms(Some(&[ms, 2 * ms]));
+        stats.record_success(ms, ms, ComputeTimes::default());
+        stats.record_cache_hit(3 * ms, ms);
+        set_latency_histograms(None);
+        stats.record_success(ms, ms, ComputeTimes::default());
+        let histograms = stats.snapshot().latency_histograms.unwrap();
+        assert_eq!(histograms.request.cumulative, [1, 1, 2]);
+        assert_eq!(histograms.queue.cumulative, [2, 2, 2]);
+        assert_eq!(histograms.compute_infer.count(), 1);
     }
 }
