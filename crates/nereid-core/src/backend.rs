@@ -3,7 +3,9 @@
 //! configured instance, driven synchronously by its own OS thread).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use crate::custom_metrics::CustomMetrics;
 use crate::model_config::ModelConfig;
 use crate::{DataType, Error, InferRequest, InferResponse, Shape, Tensor};
 
@@ -27,6 +29,33 @@ pub trait InferService: Send + Sync {
     /// Whether the ready model `name` (at `version`) is decoupled; false
     /// when there is none.
     fn is_decoupled(&self, name: &str, version: Option<i64>) -> bool;
+
+    /// The model repository API's load, as a model calls it (Triton's
+    /// `pb_utils.load_model`): loads `name` again from its folder, or
+    /// with `config` (a model config as JSON; empty: none) and `files`
+    /// (contents by `file:<version>/<path>`). Waits until the load is
+    /// done. Only in explicit model control, as in Triton.
+    fn load_model(
+        &self,
+        name: &str,
+        config: &str,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> Result<(), Error>;
+
+    /// The repository API's unload (`pb_utils.unload_model`). Returns once
+    /// the model no longer takes requests; those in flight finish later.
+    fn unload_model(&self, name: &str, unload_dependents: bool) -> Result<(), Error>;
+
+    /// Whether `name` (`version`; `None`: any) is ready (`pb_utils.is_model_ready`).
+    fn is_model_ready(&self, name: &str, version: Option<i64>) -> bool;
+
+    /// Whether a load or unload of `name` is under way. A model's own
+    /// instance must not wait for a load of its model that waits for the
+    /// instance (its `initialize`, its warmup).
+    fn is_loading(&self, name: &str) -> bool;
+
+    /// The server's custom metric families.
+    fn custom_metrics(&self) -> Arc<CustomMetrics>;
 }
 
 /// Why a backend could not load or run a model.

@@ -12,6 +12,7 @@
 
 pub mod backend;
 pub mod config_json;
+pub mod custom_metrics;
 pub mod datatype;
 pub mod error;
 pub mod model_config;

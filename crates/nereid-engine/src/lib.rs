@@ -40,6 +40,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use nereid_core::custom_metrics::CustomMetrics;
 use nereid_core::model_config::ModelConfig;
 use nereid_core::{Backend, Error, InferRequest, InferResponse};
 use nereid_repository::Repository;
@@ -97,6 +98,8 @@ struct Inner {
     /// Requests accepted by [`Engine::infer`] and not yet answered, and
     /// streams not yet ended.
     in_flight: Arc<AtomicUsize>,
+    /// The families and metrics models create (Triton's custom metrics).
+    custom_metrics: Arc<CustomMetrics>,
     /// The runtime the engine was made on, when there was one: repository
     /// loads and unloads run on its blocking pool, whichever runtime the
     /// request came in on (a connection thread's may stop first).
@@ -144,6 +147,7 @@ impl Engine {
                 started: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
                 in_flight: Arc::new(AtomicUsize::new(0)),
+                custom_metrics: Arc::default(),
             }),
         }
     }
@@ -297,6 +301,20 @@ impl Engine {
 
     pub fn model_ready(&self, name: &str, version: Option<i64>) -> bool {
         self.inner.registry.read().is_ready(name, version)
+    }
+
+    /// Whether a load or unload of `name` is under way (startup's, the
+    /// repository API's, poll mode's): its instances may be initializing
+    /// or warming up, and a call of theirs that waits for a load of
+    /// `name` would wait for itself.
+    pub fn is_loading(&self, name: &str) -> bool {
+        let locks = self.inner.locks.lock();
+        locks.get(name).is_some_and(|lock| lock.is_locked())
+    }
+
+    /// The custom metric families models create, for the metrics endpoint.
+    pub fn custom_metrics(&self) -> &Arc<CustomMetrics> {
+        &self.inner.custom_metrics
     }
 
     /// The ready version a request for `name` / `version` goes to.

@@ -9,12 +9,14 @@ use std::sync::Arc;
 
 use nereid_backend_onnx::OnnxBackend;
 use nereid_backend_python::PythonBackend;
+use nereid_core::custom_metrics::CustomMetrics;
 use nereid_core::{
     Backend, BackendError, Error, InferRequest, InferResponse, InferService, ModelInstance,
     ModelIo, ModelSource,
 };
 use nereid_engine::{Answer, Engine};
 
+use crate::model_control::{self, Param};
 use crate::server::ServerConfig;
 
 /// Every backend, in the order the repository tries them, and the Python
@@ -66,7 +68,8 @@ fn python(config: &ServerConfig) -> (Arc<dyn Backend>, Option<Arc<PythonBackend>
     }
 }
 
-/// The engine as a BLS call from a Python model reaches it.
+/// The engine as a Python model reaches it: BLS calls, the model
+/// repository calls and custom metrics.
 pub(crate) struct EngineService {
     pub(crate) engine: Engine,
     pub(crate) runtime: tokio::runtime::Handle,
@@ -81,6 +84,42 @@ impl InferService for EngineService {
         self.engine
             .model(name, version)
             .is_ok_and(|m| m.is_decoupled())
+    }
+
+    fn load_model(
+        &self,
+        name: &str,
+        config: &str,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> Result<(), Error> {
+        let mut params = Vec::with_capacity(files.len() + 1);
+        if !config.is_empty() {
+            params.push(("config".to_owned(), Param::Text(config.to_owned())));
+        }
+        params.extend(
+            files
+                .into_iter()
+                .map(|(key, bytes)| (key, Param::Bytes(bytes))),
+        );
+        let request = model_control::load_request(name, params)?;
+        self.runtime.block_on(self.engine.load_model(name, request))
+    }
+
+    fn unload_model(&self, name: &str, unload_dependents: bool) -> Result<(), Error> {
+        self.runtime
+            .block_on(self.engine.unload_model(name, unload_dependents))
+    }
+
+    fn is_model_ready(&self, name: &str, version: Option<i64>) -> bool {
+        self.engine.model_ready(name, version)
+    }
+
+    fn is_loading(&self, name: &str) -> bool {
+        self.engine.is_loading(name)
+    }
+
+    fn custom_metrics(&self) -> Arc<CustomMetrics> {
+        Arc::clone(self.engine.custom_metrics())
     }
 
     fn infer_all_blocking(

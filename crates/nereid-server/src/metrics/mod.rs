@@ -2,10 +2,12 @@
 //! `model` / `version` labels: counters from the engine's statistics at
 //! scrape time, the pending-request gauge, latency summaries and
 //! histograms when asked for, and CPU and GPU gauges refreshed every metrics interval. The text format
-//! is `metrics-exporter-prometheus`'s.
+//! is `metrics-exporter-prometheus`'s; the custom metric families models
+//! create follow, in prometheus-cpp's text as Triton serves them.
 
 mod cache;
 mod cpu;
+mod custom;
 mod families;
 mod gpu;
 mod histograms;
@@ -162,6 +164,10 @@ impl Metrics {
             append(&mut text, &summaries.render());
         }
         append(&mut text, &histograms::render(&stats));
+        append(
+            &mut text,
+            &custom::render(&self.engine.custom_metrics().snapshot()),
+        );
         text
     }
 }
