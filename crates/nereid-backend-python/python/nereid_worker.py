@@ -11,8 +11,9 @@ There is no reader thread: a thread reads frames when it waits for one
 request and while an `async def execute` runs; a thread waiting for a BLS
 answer reads when no other thread does; `is_cancelled()` reads what has
 arrived. Whichever thread reads a frame routes it (`Worker.route`):
-`bls_response` and `cancel` are handled at once, the other frames queue for
-the main thread, which runs the model.
+`bls_response`, `reply` and `cancel` are handled at once, the other frames
+queue for the main thread, which runs the model. Log lines, custom metrics
+and model control calls go out on the side channel (fd 3).
 """
 
 import asyncio
@@ -39,6 +40,7 @@ from nereid_pb.wire import (
     write_tensors,
 )
 from triton_python_backend_utils import (
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
     InferenceRequest,
     InferenceResponse,
     ModelConfig,
@@ -141,12 +143,12 @@ def _request_error(index, entry):
 class Worker:
     """The model instance and the protocol handlers around it."""
 
-    def __init__(self, reader, writer):
+    def __init__(self, reader, writer, side=None):
         self.writer = writer
         self.requests = collections.deque()  # frames for the main thread, in order
         self.inbox = Inbox(reader, self.route)
         self.arena = OutputArena()
-        self.runtime = runtime.Runtime(writer, self.inbox, self.arena, InputFiles())
+        self.runtime = runtime.Runtime(writer, self.inbox, self.arena, InputFiles(), side)
         runtime.install(self.runtime)
         self.model = None
         self.model_file = ""
@@ -158,13 +160,16 @@ class Worker:
 
     def route(self, message):
         """Handle what the thread reading frames got (see Inbox): a
-        `bls_response` or `cancel` at once, anything else (other frames,
+        `bls_response`, `reply` or `cancel` at once, anything else (other frames,
         undecodable ones, end of input) is queued for the main thread."""
         if type(message) is dict:
             op = message.get("op")
             try:
                 if op == "bls_response":
                     self.runtime.finish_bls(message.get("tag"), message.get("response"))
+                    return
+                if op == "reply":
+                    self.runtime.finish_call(message.get("tag"), message)
                     return
                 if op == "cancel":
                     ids = _expect(message.get("request_ids"), list, "cancel 'request_ids'")
@@ -249,6 +254,7 @@ class Worker:
     def auto_complete(self, message):
         try:
             config = _expect(message.get("config"), dict, "'config'")
+            self.runtime.instance_name = str(config.get("name", ""))
             model_class = self.import_model(message.get("model_file")).TritonPythonModel
             model_config = ModelConfig(json.dumps(config))
             if hasattr(model_class, "auto_complete_config"):
@@ -277,6 +283,7 @@ class Worker:
                 for key, value in args.items()
             }
             self.instance_name = args.get("model_instance_name") or args.get("model_name", "")
+            self.runtime.instance_name = self.instance_name
             self.runtime.decoupled = _is_decoupled(args.get("model_config"))
             self.model_file = os.path.abspath(_expect(message.get("model_file"), str, "'model_file'"))
             model = self.import_model(self.model_file).TritonPythonModel()
@@ -330,7 +337,14 @@ class Worker:
             else:
                 keep_tracking = self.runtime.decoupled
                 responses = ",".join(responses)
-                self.writer.send_json(f'{{"op":"responses","responses":[{responses}],"error":null}}')
+                rescheduled = [
+                    request._key for request in requests
+                    if request._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+                ]
+                extra = f',"rescheduled":{to_json(rescheduled)}' if rescheduled else ""
+                self.writer.send_json(
+                    f'{{"op":"responses","responses":[{responses}],"error":null{extra}}}'
+                )
         finally:
             if keep_tracking:
                 self.streaming.append(cancelled)
@@ -416,6 +430,11 @@ class Worker:
             if response is None:
                 encoded.append("null")
                 continue
+            if request._release_flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                raise ContractError(
+                    "Expected a None object in the execute function return list for "
+                    f"reschduled request, found type '{type(response)}'."
+                )
             if not isinstance(response, InferenceResponse):
                 raise ContractError(
                     "Expected an 'InferenceResponse' object in the execute function "
@@ -491,9 +510,20 @@ def take_over_stdio():
     return reader, writer
 
 
+def side_channel():
+    """The writer for side frames on the descriptor the server names in
+    NEREID_SIDE_FD (see README.md), or None: they then go to stdout."""
+    fd = os.environ.pop("NEREID_SIDE_FD", "")
+    if not fd.isdigit():
+        return None
+    fd = int(fd)
+    os.set_inheritable(fd, False)  # not for the model's own subprocesses
+    return FrameWriter(fd)
+
+
 def main():
     reader, writer = take_over_stdio()
-    worker = Worker(FrameReader(reader), FrameWriter(writer))
+    worker = Worker(FrameReader(reader), FrameWriter(writer), side_channel())
     # As Triton's stub: Ctrl-C in the server's terminal must not kill the
     # model before the server finalizes it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -32,7 +32,7 @@ from nereid_pb.dtypes import (  # noqa: F401  (re-exported)
     triton_string_to_numpy,
     triton_to_numpy_type,
 )
-from nereid_pb.errors import TritonError, TritonModelException, not_supported
+from nereid_pb.errors import TritonError, TritonModelException
 from nereid_pb.inference import (  # noqa: F401  (re-exported)
     TRITONSERVER_MEMORY_CPU,
     TRITONSERVER_MEMORY_GPU,
@@ -48,7 +48,11 @@ from nereid_pb.inference import (  # noqa: F401  (re-exported)
     PreferredMemory,
 )
 from nereid_pb.logger import Logger
+from nereid_pb.metrics import Metric as _Metric
+from nereid_pb.metrics import MetricFamily
+from nereid_pb.metrics import MetricKind as _MetricKind
 from nereid_pb.model_config import ModelConfig
+from nereid_pb.model_control import is_model_ready, load_model, unload_model  # noqa: F401
 from nereid_pb.tensor import Tensor
 
 # Present the classes as this module's own (in reprs and tracebacks), as
@@ -56,6 +60,7 @@ from nereid_pb.tensor import Tensor
 for _public in (
     TritonError, TritonModelException, InferenceRequest, InferenceResponse,
     InferenceTrace, PreferredMemory, MemoryType, Logger, ModelConfig, Tensor,
+    MetricFamily, _Metric, _MetricKind,
 ):
     _public.__module__ = __name__
 
@@ -105,29 +110,6 @@ def get_model_dir():
     if current is None or current.model_dir is None:
         raise TritonModelException("get_model_dir() is only available inside a Nereid worker.")
     return current.model_dir
-
-
-def load_model(model_name, config="", files=None):
-    raise not_supported("pb_utils.load_model", "the model loading API")
-
-
-def unload_model(model_name, unload_dependents=False):
-    raise not_supported("pb_utils.unload_model", "the model loading API")
-
-
-def is_model_ready(model_name, model_version=""):
-    raise not_supported("pb_utils.is_model_ready", "the model loading API")
-
-
-class MetricFamily:
-    """Triton's custom-metrics API, not available in Nereid yet."""
-
-    COUNTER = 0
-    GAUGE = 1
-    HISTOGRAM = 2
-
-    def __init__(self, name, description, kind):
-        raise not_supported("pb_utils.MetricFamily", "custom metrics")
 
 
 del _public

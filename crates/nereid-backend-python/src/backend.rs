@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use crate::instance::{PythonInstance, Service};
+use crate::side::SideContext;
 use crate::worker::{Launch, Worker};
 
 /// The file a version folder holds when the config names none.
@@ -26,7 +27,7 @@ pub struct PythonBackend {
     python: PathBuf,
     /// The worker and `triton_python_backend_utils`, unpacked.
     sources: TempDir,
-    /// The server, for models' BLS calls.
+    /// The server, for models' BLS, model control and metrics calls.
     service: Service,
 }
 
@@ -48,9 +49,9 @@ impl PythonBackend {
         })
     }
 
-    /// Connects the backend to the server its models' BLS calls go to
-    /// (once; later calls are ignored). Until then a BLS call answers
-    /// UNAVAILABLE.
+    /// Connects the backend to the server its models' BLS, model control
+    /// and metrics calls go to (once; later calls are ignored). Until then
+    /// such a call answers UNAVAILABLE.
     pub fn set_service(&self, service: Arc<dyn InferService>) {
         let _ = self.service.set(service);
     }
@@ -130,10 +131,15 @@ impl Backend for PythonBackend {
             refuse_execution_env(config)?;
             let label = format!("model '{}' (auto_complete_config)", config.name);
             let request = json!({"op": "auto_complete", "model_file": model_path, "config": config_json(config)?});
+            let side = SideContext {
+                model: config.name.clone(),
+                label: label.clone(),
+                service: Arc::clone(&self.service),
+            };
             let (_worker, answer) = Worker::start(
                 &self.python,
                 self.sources.path(),
-                &label,
+                &side,
                 &request,
                 "config",
                 START_TIMEOUT,
@@ -161,8 +167,12 @@ impl Backend for PythonBackend {
         let launch = Launch {
             python: self.python.clone(),
             sources: self.sources.path().to_path_buf(),
-            label,
             initialize: json!({"op": "initialize", "model_file": source.model_path, "args": initialize_args(source)?}),
+            side: SideContext {
+                model: source.model_name.clone(),
+                label,
+                service: Arc::clone(&self.service),
+            },
         };
         let worker = launch.start(START_TIMEOUT).map_err(BackendError::Load)?;
         Ok(Box::new(PythonInstance::new(

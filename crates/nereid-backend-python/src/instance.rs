@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use nereid_core::{
     BackendError, Batch, BatchRequest, DataType, InferRequest, InferService, InputTensor,
-    ModelInstance, Parameter, Parameters, RequestWise, RequestedOutput, Responder, Tensor,
+    ModelInstance, Parameter, Parameters, RequestWise, RequestedOutput, Tensor,
 };
 use serde_json::{Map, Value, json};
 
 use crate::shm::{Arena, Region, WorkerFiles};
+use crate::streams::{Streams, reschedule_refused, rescheduled};
 use crate::worker::{Launch, Worker, WorkerError};
 
 /// A worker that died this many times within [`DEATH_WINDOW`] is not
@@ -64,7 +65,7 @@ impl PythonInstance {
         worker: Worker,
         service: Service,
     ) -> Result<Self, BackendError> {
-        let label = launch.label.clone();
+        let label = launch.side.label.clone();
         let shm_error =
             |e| BackendError::Load(format!("{label}: cannot create shared memory: {e}"));
         let arena = Arena::new(ARENA_START).map_err(shm_error)?;
@@ -152,10 +153,10 @@ impl PythonInstance {
         let deadline = Instant::now() + EXECUTE_TIMEOUT;
         let mut answer: Option<Value> = None;
         loop {
-            if let Some(frame) = &answer {
-                if streams.all_final() || !frame["error"].is_null() || frame["op"] == "error" {
-                    break;
-                }
+            if let Some(frame) = &answer
+                && (streams.all_final() || !frame["error"].is_null() || frame["op"] == "error")
+            {
+                break;
             }
             let cancelled: Vec<String> = (0u64..)
                 .zip(requests)
@@ -206,7 +207,10 @@ impl PythonInstance {
                     };
                     streams.send(index as usize, response, frame["final"] == true);
                 }
-                _ if answer.is_none() => answer = Some(frame),
+                _ if answer.is_none() => {
+                    streams.release(&rescheduled(&frame, first_id, count));
+                    answer = Some(frame);
+                }
                 _ => {
                     return Err(
                         self.fail(format_args!("the worker sent an unexpected frame: {frame}"))
@@ -234,10 +238,12 @@ impl PythonInstance {
                 responses.len()
             )));
         }
+        let rescheduled = rescheduled(&frame, first_id, count);
         Ok(responses
             .iter()
             .enumerate()
             .map(|(i, r)| match r {
+                _ if rescheduled.contains(&i) => Err(reschedule_refused()),
                 Value::Null => streams.result(i),
                 r => self.response(r),
             })
@@ -447,7 +453,7 @@ fn kind_of(code: &str) -> nereid_core::ErrorKind {
 }
 
 /// TritonError's code name for an error kind.
-fn code_name(kind: nereid_core::ErrorKind) -> &'static str {
+pub(crate) fn code_name(kind: nereid_core::ErrorKind) -> &'static str {
     use nereid_core::ErrorKind as K;
     match kind {
         K::InvalidArgument => "INVALID_ARG",
@@ -615,67 +621,4 @@ fn sequence_of(parameters: &nereid_core::Parameters) -> (serde_json::Value, u32)
         _ => 0,
     };
     (id, flag("sequence_start", 1) | flag("sequence_end", 2))
-}
-
-/// The responses a batch's requests get through response senders: passed
-/// on to a decoupled model's responders as they come, kept for a model
-/// that is not decoupled (its one response, sent instead of returned).
-struct Streams<'a> {
-    responders: Vec<Option<&'a dyn Responder>>,
-    finals: Vec<bool>,
-    kept: Vec<Option<Result<Vec<Tensor>, BackendError>>>,
-}
-
-impl<'a> Streams<'a> {
-    fn new(requests: &[BatchRequest<'a>]) -> Self {
-        Streams {
-            responders: requests.iter().map(|r| r.responder).collect(),
-            finals: vec![false; requests.len()],
-            kept: requests.iter().map(|_| None).collect(),
-        }
-    }
-
-    fn send(
-        &mut self,
-        index: usize,
-        response: Option<Result<Vec<Tensor>, BackendError>>,
-        last: bool,
-    ) {
-        if self.finals[index] {
-            return;
-        }
-        self.finals[index] = last;
-        match self.responders[index] {
-            Some(responder) => responder.send(
-                response.map(|r| r.map_err(BackendError::into_request_error)),
-                last,
-            ),
-            None => {
-                if self.kept[index].is_none() {
-                    self.kept[index] = response;
-                }
-            }
-        }
-    }
-
-    /// Whether every request a responder waits on has had its final flag.
-    fn all_final(&self) -> bool {
-        self.responders
-            .iter()
-            .zip(&self.finals)
-            .all(|(responder, last)| responder.is_none() || *last)
-    }
-
-    /// What request `index` returns when its execute entry is empty: a
-    /// decoupled request has had its responses; another, the one it sent.
-    fn result(&mut self, index: usize) -> Result<Vec<Tensor>, BackendError> {
-        if self.responders[index].is_some() {
-            return Ok(Vec::new());
-        }
-        self.kept[index].take().unwrap_or_else(|| {
-            Err(BackendError::Execute(
-                "the model returned no response for a request and sent none".to_owned(),
-            ))
-        })
-    }
 }

@@ -15,8 +15,11 @@
 //! places itself, as in Triton; GPU tensors it returns are copied to host
 //! memory by the worker (`python/nereid_pb/gpu.py`).
 //!
-//! A model's BLS calls (`pb_utils.InferenceRequest(...).exec()`) go through
-//! the server the backend is connected to (`PythonBackend::set_service`).
+//! A model's BLS calls (`pb_utils.InferenceRequest(...).exec()`), its
+//! model control calls (`pb_utils.load_model`...) and its custom metrics
+//! (`pb_utils.MetricFamily`) go through the server the backend is
+//! connected to (`PythonBackend::set_service`); all but BLS travel on a
+//! side channel served at any time (`side.rs`).
 //! A worker that dies is started again, up to a limit. Like the other backends, this crate depends on `nereid-core`
 //! only.
 
@@ -24,7 +27,9 @@ mod backend;
 mod frame;
 mod instance;
 mod shm;
+mod side;
 mod sources;
+mod streams;
 mod worker;
 
 pub use backend::PythonBackend;

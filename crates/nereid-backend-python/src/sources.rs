@@ -9,7 +9,7 @@ use std::path::Path;
 use tempfile::TempDir;
 
 /// Every file of `python/` a worker needs, by path relative to it.
-const SOURCES: [(&str, &str); 15] = [
+const SOURCES: [(&str, &str); 18] = [
     (
         "nereid_worker.py",
         include_str!("../python/nereid_worker.py"),
@@ -21,6 +21,10 @@ const SOURCES: [(&str, &str); 15] = [
     (
         "nereid_pb/__init__.py",
         include_str!("../python/nereid_pb/__init__.py"),
+    ),
+    (
+        "nereid_pb/calls.py",
+        include_str!("../python/nereid_pb/calls.py"),
     ),
     (
         "nereid_pb/dlpack.py",
@@ -51,8 +55,16 @@ const SOURCES: [(&str, &str); 15] = [
         include_str!("../python/nereid_pb/logger.py"),
     ),
     (
+        "nereid_pb/metrics.py",
+        include_str!("../python/nereid_pb/metrics.py"),
+    ),
+    (
         "nereid_pb/model_config.py",
         include_str!("../python/nereid_pb/model_config.py"),
+    ),
+    (
+        "nereid_pb/model_control.py",
+        include_str!("../python/nereid_pb/model_control.py"),
     ),
     (
         "nereid_pb/runtime.py",

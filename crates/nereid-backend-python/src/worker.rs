@@ -4,16 +4,30 @@
 //! directly: it writes a frame, then reads the worker's frames itself,
 //! waiting with `poll` for a timeout, so no thread sits between the two.
 //! (Pipes, not a socket pair: on Linux a pipe's round trip is about half
-//! a Unix socket's.)
+//! a Unix socket's.) A third pipe, the worker's fd 3, carries what the
+//! worker asks at any time (log lines, custom metrics, model control) to
+//! a thread of its own (`side.rs`), which answers on stdin too: stdin is
+//! shared, one frame at a time.
 
 use std::io::{self, BufRead, BufReader};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use serde_json::{Value, json};
 
 use crate::frame::{FrameReader, write_frame};
+use crate::side::{self, SideContext};
+
+/// The worker's descriptor for side frames (`NEREID_SIDE_FD`).
+const SIDE_FD: RawFd = 3;
+
+/// A worker's stdin, written by its instance thread and its side thread.
+pub(crate) type Stdin = Arc<Mutex<ChildStdin>>;
 
 /// How long a worker may take to finish after `finalize` before it is killed.
 const FINALIZE_GRACE: Duration = Duration::from_secs(10);
@@ -42,9 +56,10 @@ impl WorkerError {
 pub(crate) struct Launch {
     pub(crate) python: std::path::PathBuf,
     pub(crate) sources: std::path::PathBuf,
-    pub(crate) label: String,
     /// The `initialize` frame.
     pub(crate) initialize: Value,
+    /// The model and label of the instance, and the server.
+    pub(crate) side: SideContext,
 }
 
 impl Launch {
@@ -53,7 +68,7 @@ impl Launch {
         let (worker, _) = Worker::start(
             &self.python,
             &self.sources,
-            &self.label,
+            &self.side,
             &self.initialize,
             "ready",
             timeout,
@@ -65,31 +80,51 @@ impl Launch {
 #[derive(Debug)]
 pub(crate) struct Worker {
     child: Child,
-    stdin: ChildStdin,
+    stdin: Stdin,
     frames: FrameReader<ChildStdout>,
     /// "model 'm' version 1 instance 0", for the log.
     label: String,
 }
 
 impl Worker {
-    pub(crate) fn spawn(python: &Path, sources: &Path, label: &str) -> Result<Self, WorkerError> {
-        let mut child = Command::new(python)
+    pub(crate) fn spawn(
+        python: &Path,
+        sources: &Path,
+        context: &SideContext,
+    ) -> Result<Self, WorkerError> {
+        let spawn_error = |source| WorkerError::Spawn {
+            python: python.display().to_string(),
+            source,
+        };
+        let (side_in, side_out) = io::pipe().map_err(spawn_error)?;
+        let side_fd = side_out.as_raw_fd();
+        let mut command = Command::new(python);
+        command
             .arg(crate::sources::worker_program(sources))
             .env("PYTHONPATH", sources)
             .env("PYTHONUNBUFFERED", "1")
+            .env("NEREID_SIDE_FD", SIDE_FD.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| WorkerError::Spawn {
-                python: python.display().to_string(),
-                source,
-            })?;
+            .stderr(Stdio::piped());
+        // SAFETY: the hook runs in the child between fork and exec and
+        // only makes system calls (dup2, fcntl), which is allowed there.
+        #[expect(unsafe_code, reason = "handing the side pipe to the child as fd 3")]
+        unsafe {
+            command.pre_exec(move || give_fd(side_fd, SIDE_FD));
+        }
+        let mut child = command.spawn().map_err(spawn_error)?;
+        // The child has its copy; ours would keep the pipe open after it exits.
+        drop(side_out);
+        let label = &context.label;
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             return Err(WorkerError::Gone("started without its pipes".into()));
         };
+        let stdin = Arc::new(Mutex::new(stdin));
+        side::serve(side_in, Arc::clone(&stdin), context.clone(), child.id())
+            .map_err(|e| WorkerError::Gone(format!("has no side channel thread: {e}")))?;
         let log_label = label.to_owned();
         std::thread::Builder::new()
             .name(format!("py-err-{}", child.id()))
@@ -114,13 +149,14 @@ impl Worker {
     pub(crate) fn start(
         python: &Path,
         sources: &Path,
-        label: &str,
+        context: &SideContext,
         first: &Value,
         expect: &str,
         timeout: Duration,
     ) -> Result<(Self, Value), String> {
+        let label = &context.label;
         let mut worker =
-            Worker::spawn(python, sources, label).map_err(|e| format!("{label}: {e}"))?;
+            Worker::spawn(python, sources, context).map_err(|e| format!("{label}: {e}"))?;
         worker.send(first).map_err(|e| format!("{label}: {e}"))?;
         let answer = worker.next(timeout).map_err(|e| format!("{label}: {e}"))?;
         if answer["op"] == expect {
@@ -133,7 +169,8 @@ impl Worker {
     }
 
     pub(crate) fn send(&mut self, message: &Value) -> Result<(), WorkerError> {
-        write_frame(&mut self.stdin, message).map_err(|e| match self.status() {
+        let written = write_frame(&mut *self.stdin.lock(), message);
+        written.map_err(|e| match self.status() {
             Some(status) => WorkerError::Gone(status),
             None => WorkerError::Write(e),
         })
@@ -147,7 +184,7 @@ impl Worker {
             let broken = |e: io::Error| WorkerError::Gone(format!("sent a broken frame: {e}"));
             if let Some(frame) = self.frames.take().map_err(broken)? {
                 if frame["op"] == "log" {
-                    self.log(&frame);
+                    log_frame(&self.label, &frame);
                     continue;
                 }
                 return Ok(frame);
@@ -188,22 +225,6 @@ impl Worker {
     pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-
-    fn log(&self, frame: &Value) {
-        let message = frame["message"].as_str().unwrap_or_default();
-        let at = format!(
-            "{}:{}",
-            frame["file"].as_str().unwrap_or("?"),
-            frame["line"].as_u64().unwrap_or(0)
-        );
-        let worker = &self.label;
-        match frame["level"].as_str() {
-            Some("error") => tracing::error!(target: "nereid::python", worker, at, "{message}"),
-            Some("warn") => tracing::warn!(target: "nereid::python", worker, at, "{message}"),
-            Some("verbose") => tracing::debug!(target: "nereid::python", worker, at, "{message}"),
-            _ => tracing::info!(target: "nereid::python", worker, at, "{message}"),
-        }
     }
 
     /// Whether the process still runs.
@@ -248,6 +269,41 @@ impl Drop for Worker {
     fn drop(&mut self) {
         self.shut_down();
     }
+}
+
+/// Logs a worker's `log` frame as the worker `label`.
+pub(crate) fn log_frame(label: &str, frame: &Value) {
+    let message = frame["message"].as_str().unwrap_or_default();
+    let at = format!(
+        "{}:{}",
+        frame["file"].as_str().unwrap_or("?"),
+        frame["line"].as_u64().unwrap_or(0)
+    );
+    let worker = label;
+    match frame["level"].as_str() {
+        Some("error") => tracing::error!(target: "nereid::python", worker, at, "{message}"),
+        Some("warn") => tracing::warn!(target: "nereid::python", worker, at, "{message}"),
+        Some("verbose") => tracing::debug!(target: "nereid::python", worker, at, "{message}"),
+        _ => tracing::info!(target: "nereid::python", worker, at, "{message}"),
+    }
+}
+
+/// In a child process, between fork and exec: puts `fd` at `target`, left
+/// open across exec (every descriptor Rust opens closes on exec).
+fn give_fd(fd: RawFd, target: RawFd) -> io::Result<()> {
+    // SAFETY: `fd` is the parent's open pipe end, inherited by the child
+    // and open until exec; `target` is not one of the child's descriptors
+    // that anything else owns (0 to 2 are the standard streams).
+    #[expect(unsafe_code, reason = "descriptors named by number in a forked child")]
+    let (source, mut slot) = unsafe { (BorrowedFd::borrow_raw(fd), OwnedFd::from_raw_fd(target)) };
+    let result = if fd == target {
+        rustix::io::fcntl_setfd(source, rustix::io::FdFlags::empty())
+    } else {
+        rustix::io::dup2(source, &mut slot)
+    };
+    // The slot is the child's fd 3 from now on: never close it here.
+    std::mem::forget(slot);
+    result.map_err(io::Error::from)
 }
 
 /// The worker names its files `/dev/shm/nereid-py-<pid>-<n>`; after a crash

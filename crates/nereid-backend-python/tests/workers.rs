@@ -360,3 +360,133 @@ fn gpu_and_model_instances_load_and_tell_the_model_where_they_run() {
         assert_eq!(args["model_name"], "echo", "{args}");
     }
 }
+
+/// A `load_model` call: the model, its config and its files.
+type Load = (String, String, Vec<(String, Vec<u8>)>);
+
+/// The server as the side channel's calls see it: a metrics registry, and
+/// loads recorded instead of made.
+#[derive(Default)]
+struct FakeServer {
+    metrics: Arc<nereid_core::custom_metrics::CustomMetrics>,
+    loads: parking_lot::Mutex<Vec<Load>>,
+}
+
+impl nereid_core::InferService for FakeServer {
+    fn infer_blocking(
+        &self,
+        _: InferRequest,
+    ) -> Result<nereid_core::InferResponse, nereid_core::Error> {
+        Err(nereid_core::Error::unsupported("no BLS here"))
+    }
+
+    fn infer_all_blocking(
+        &self,
+        _: InferRequest,
+    ) -> Result<Vec<Result<nereid_core::InferResponse, nereid_core::Error>>, nereid_core::Error>
+    {
+        Err(nereid_core::Error::unsupported("no BLS here"))
+    }
+
+    fn is_decoupled(&self, _: &str, _: Option<i64>) -> bool {
+        false
+    }
+
+    fn load_model(
+        &self,
+        name: &str,
+        config: &str,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> Result<(), nereid_core::Error> {
+        let load = (name.to_owned(), config.to_owned(), files);
+        self.loads.lock().push(load);
+        Ok(())
+    }
+
+    fn unload_model(&self, _: &str, _: bool) -> Result<(), nereid_core::Error> {
+        Ok(())
+    }
+
+    fn is_model_ready(&self, _: &str, _: Option<i64>) -> bool {
+        true
+    }
+
+    /// Every model is being loaded: a model's call for itself is refused.
+    fn is_loading(&self, _: &str) -> bool {
+        true
+    }
+
+    fn custom_metrics(&self) -> Arc<nereid_core::custom_metrics::CustomMetrics> {
+        Arc::clone(&self.metrics)
+    }
+}
+
+#[test]
+fn side_calls_reach_the_server_and_a_workers_metrics_go_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = PythonBackend::new(root().join(".venv/bin/python")).unwrap();
+    let server = Arc::new(FakeServer::default());
+    python.set_service(Arc::clone(&server) as Arc<dyn nereid_core::InferService>);
+    let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(python)];
+    let config = r#"
+backend: "python"
+max_batch_size: 0
+output [ { name: "RESULT" data_type: TYPE_STRING dims: [ 1 ] } ]
+"#;
+    let repo = repository(dir.path(), "server_calls", "server_calls", config);
+    let model = resolve(&repo, "server_calls", &backends).unwrap();
+    let mut instance = backends[0].load(&source(&model)).unwrap();
+    // initialize made the family and its counter.
+    let snapshot = server.metrics.snapshot();
+    assert_eq!(snapshot[0].name, "requests_total");
+    assert_eq!(
+        snapshot[0].series[0].0,
+        [("model".to_string(), "server_calls".to_string())].into()
+    );
+    let outputs = vec!["RESULT".to_string()];
+    let mut run = |case: &str| {
+        let mut parameters = nereid_core::Parameters::new();
+        parameters.insert("case".into(), nereid_core::Parameter::String(case.into()));
+        let request = InferRequest {
+            parameters,
+            ..Default::default()
+        };
+        let batch = [BatchRequest {
+            request: &request,
+            outputs: &outputs,
+            cancelled: &|| false,
+            responder: None,
+        }];
+        let result = instance.as_request_wise().unwrap().execute_requests(&batch);
+        let tensors = result.into_iter().next().unwrap().unwrap();
+        String::from_utf8_lossy(&tensors[0].data[4..]).into_owned()
+    };
+    assert_eq!(run("count"), "2.0");
+    assert_eq!(run("count"), "4.0");
+    assert_eq!(run("load"), "null");
+    let refused = run("load_self");
+    assert!(
+        refused.contains("Failed to load model: Failed to process the request for model 'server_calls_0_0', message: model 'server_calls' is being loaded"),
+        "{refused}"
+    );
+    let loads = server.loads.lock().clone();
+    assert_eq!(loads.len(), 1);
+    assert_eq!(
+        (&*loads[0].0, &*loads[0].1),
+        ("other", r#"{"backend": "python"}"#)
+    );
+    assert_eq!(
+        loads[0].2,
+        [
+            ("file:1/model.py".to_string(), b"print('other')".to_vec()),
+            ("file:1/empty.txt".to_string(), Vec::new()),
+        ]
+    );
+    drop(instance);
+    // The worker has exited; its side thread drops its metrics on the way out.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !server.metrics.snapshot().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the metrics stayed");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}

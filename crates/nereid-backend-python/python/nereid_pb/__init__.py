@@ -11,8 +11,13 @@ re-exports the public names defined here. The split keeps every file small:
 - `inference`: InferenceRequest / InferenceResponse (and BLS).
 - `model_config`: ModelConfig for `auto_complete_config`.
 - `logger`: pb_utils.Logger.
-- `runtime`: the worker-side state those objects reach (BLS calls in flight,
-  cancellation state, the frame channel); absent outside a worker.
+- `metrics`: pb_utils.MetricFamily and its Metric (custom metrics).
+- `model_control`: pb_utils.load_model, unload_model, is_model_ready.
+- `calls`: what those share: pybind11's argument errors, the way to the
+  server.
+- `runtime`: the worker-side state those objects reach (BLS and side calls
+  in flight, cancellation state, the frame channels); absent outside a
+  worker.
 - `inbox`: reading frames from whichever thread waits for one.
 - `shm` and `wire`: shared-memory files, frames and tensor descriptors.
 """

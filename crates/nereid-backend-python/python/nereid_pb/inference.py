@@ -3,8 +3,8 @@
 An InferenceRequest is either one the server handed to `execute` (built by
 the worker) or one a model builds to call another model (BLS) with `exec()`
 or `await async_exec()`. Names, arguments, defaults and messages follow
-Triton's pybind11 definitions; what Nereid cannot do yet (request
-rescheduling, GPU memory) raises a TritonModelException saying so.
+Triton's pybind11 definitions; what Nereid cannot do yet (GPU memory for
+BLS outputs) raises a TritonModelException saying so.
 
 A request from the server has a response sender (`get_response_sender()`),
 through which a decoupled model answers: any number of responses, from any
@@ -153,6 +153,7 @@ class InferenceRequest:
         self._key = None
         self._cancelled = None
         self._sender = None
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
 
     @classmethod
     def _from_server(cls, key, inputs, request_id, correlation_id, flags, timeout, parameters,
@@ -175,6 +176,7 @@ class InferenceRequest:
         request._cancelled = cancelled
         request._sender = None
         request._closed = False
+        request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         return request
 
     def __del__(self):
@@ -251,11 +253,20 @@ class InferenceRequest:
         return self._sender
 
     def set_release_flags(self, flags):
-        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            raise not_supported(
-                "InferenceRequest.set_release_flags(TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)",
-                "request rescheduling",
+        """How the request is released when `execute` returns:
+        TRITONSERVER_REQUEST_RELEASE_ALL (the default), or
+        TRITONSERVER_REQUEST_RELEASE_RESCHEDULE to have it executed again
+        (its response, if not decoupled, must then be None). Only a model
+        with `sequence_batching { iterative_sequence: true }` may
+        reschedule; Nereid loads no such model yet, so a rescheduled request
+        fails with Triton's release error (README.md, "Rescheduling")."""
+        if isinstance(flags, bool) or not isinstance(flags, int) or not 0 <= flags < 2**32:
+            raise TypeError(
+                "set_release_flags(): incompatible function arguments. The following argument "
+                "types are supported:\n    1. (self: triton_python_backend_utils.InferenceRequest, "
+                f"flags: int) -> None\n\nInvoked with: {self!r}, {flags!r}"
             )
+        self._release_flags = flags
 
     def _bls_json(self, input_descriptors):
         """The `request` object of a `bls` frame as JSON text, given its

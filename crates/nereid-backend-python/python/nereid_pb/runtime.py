@@ -1,17 +1,24 @@
 """Worker-side state that pb_utils objects reach while a model runs.
 
 pb_utils calls that need the server (BLS `exec` and `async_exec`, `Logger`,
-`is_cancelled`) go through the one Runtime the worker installs at start-up.
-Outside a worker (say, a model's unit tests importing
-triton_python_backend_utils) there is none: Logger writes to stderr and BLS
-raises as it does outside `execute`.
+`is_cancelled`, custom metrics, the model control calls) go through the one
+Runtime the worker installs at start-up. Outside a worker (say, a model's
+unit tests importing triton_python_backend_utils) there is none: Logger
+writes to stderr, BLS raises as it does outside `execute`, and the others
+raise.
+
+Log lines, custom metrics and model control travel on the side channel
+(README.md, "Side channel"), which the server reads at any time; a `call`
+there waits for the server's `reply`, which arrives on the main channel.
 
 Threads: the main thread runs the model; whichever thread reads frames (see
-inbox.py) calls `finish_bls`, `cancel`, `track` and `close`; any model
-thread may start BLS calls or log. Shared state is guarded by one lock.
+inbox.py) calls `finish_bls`, `finish_call`, `cancel`, `track` and `close`;
+any model thread may start BLS calls, make calls or log. Shared state is
+guarded by one lock.
 """
 
 import asyncio
+import collections
 import itertools
 import sys
 import threading
@@ -49,13 +56,20 @@ def _parameters(parameters):
     return parameters
 
 
+class CallFailed(Exception):
+    """A call on the side channel failed; `str()` is Triton's wording, to
+    which each pb_utils call puts its own prefix."""
+
+
 class Runtime:
     """The channel to the server, the output arena, the server's files, BLS
     calls in flight, the cancellation state of the requests being executed,
     and the event loop of `async def execute`."""
 
-    def __init__(self, writer, inbox, arena, files):
+    def __init__(self, writer, inbox, arena, files, side=None):
         self.writer = writer
+        # Side frames go on a channel of their own when the server gave one.
+        self.side = side if side is not None else writer
         self.inbox = inbox
         self.arena = arena
         self.files = files
@@ -66,6 +80,13 @@ class Runtime:
         self._lock = threading.Lock()
         self._tags = itertools.count(1)
         self._pending = {}  # tag -> (deliver, the Block of the call's inputs)
+        self._calls = {}  # tag -> the list the call's reply is put in
+        # Side frames sent from where waiting is not allowed (a __del__),
+        # while the side channel was busy: sent with the next side frame.
+        self._deferred = collections.deque()
+        # Who makes calls, for the messages of failed calls (Triton's stub
+        # names the instance).
+        self.instance_name = ""
         self._executing = []  # a set of cancelled request ids per execute frame
         self._closed_reason = None
         # Whether the model is decoupled (its config's model_transaction_policy).
@@ -110,11 +131,79 @@ class Runtime:
         Once the server is gone, the line goes to stderr instead: logging
         never fails a model."""
         try:
-            self.writer.send(
+            self.send_side(
                 {"op": "log", "level": level, "message": message, "file": filename, "line": line}
             )
         except ChannelClosed:
             sys.stderr.write(f"[{level}] {message}\n")
+
+    # Side channel -------------------------------------------------------------
+
+    def send_side(self, message):
+        """Send a side frame (after any deferred ones)."""
+        self._flush_deferred()
+        self.side.send(message)
+
+    def notify(self, message):
+        """Send a side frame that gets no answer, from anywhere, a __del__
+        included: never waits for a lock. When the side channel is busy
+        (maybe in this very thread) the frame goes with the next one."""
+        self._deferred.append(message)
+        self._flush_deferred()
+
+    def _flush_deferred(self):
+        while self._deferred:
+            try:
+                message = self._deferred.popleft()
+            except IndexError:
+                return
+            try:
+                sent = self.side.try_send(message)
+            except ChannelClosed:
+                return
+            if not sent:
+                self._deferred.appendleft(message)
+                return
+
+    def call(self, op, fields):
+        """Send the side frame `op` with `fields` and wait for the server's
+        `reply`; returns it (a dict). A failed call raises CallFailed with
+        Triton's words ("Failed to process the request for model ...")."""
+        slot = []
+        with self._lock:
+            if self._closed_reason is not None:
+                raise CallFailed(self.failure(self._closed_reason))
+            tag = next(self._tags)
+            self._calls[tag] = slot
+        try:
+            self.send_side({"op": op, "tag": tag, **fields})
+        except ChannelClosed as error:
+            with self._lock:
+                self._calls.pop(tag, None)
+            raise CallFailed(self.failure(str(error))) from None
+        self.inbox.wait(slot.__len__)
+        reply = slot[0]
+        error = reply.get("error")
+        if error:
+            message = error.get("message") if isinstance(error, dict) else None
+            raise CallFailed(self.failure(message if isinstance(message, str) else str(error)))
+        return reply
+
+    def finish_call(self, tag, reply):
+        """Handle a `reply` (reading thread): wake the call waiting for it."""
+        with self._lock:
+            slot = self._calls.pop(tag, None)
+        if slot is None:
+            self.log("error", f"reply for unknown tag {tag!r} ignored", __file__, 0)
+            return
+        slot.append(reply)
+
+    def failure(self, message):
+        """A failed call's message as Triton's stub words it."""
+        return (
+            f"Failed to process the request for model '{self.instance_name}', "
+            f"message: {message}"
+        )
 
     # Cancellation -----------------------------------------------------------
 
@@ -260,5 +349,8 @@ class Runtime:
         with self._lock:
             self._closed_reason = reason
             pending, self._pending = self._pending, {}
+            calls, self._calls = self._calls, {}
         for deliver, _block in pending.values():
             deliver([InferenceResponse._from_parts([], TritonError(reason), {})])
+        for slot in calls.values():
+            slot.append({"error": {"message": reason}})

@@ -67,13 +67,32 @@ class FrameWriter:
 
     def send_json(self, text):
         """Send a message already encoded as JSON text (see descriptor_json)."""
-        payload = text.encode("utf-8")
-        data = _HEADER.pack(len(payload)) + payload
+        data = self._frame(text)
+        with self._lock:
+            self._write(data)
+
+    def try_send(self, message):
+        """Send a message unless another send holds the channel (maybe the
+        calling thread itself, from a __del__); whether it was sent."""
+        data = self._frame(_ENCODER.encode(message))
+        if not self._lock.acquire(blocking=False):
+            return False
         try:
-            with self._lock:
-                written = os.write(self._fd, data)
-                while written < len(data):
-                    written += os.write(self._fd, memoryview(data)[written:])
+            self._write(data)
+        finally:
+            self._lock.release()
+        return True
+
+    @staticmethod
+    def _frame(text):
+        payload = text.encode("utf-8")
+        return _HEADER.pack(len(payload)) + payload
+
+    def _write(self, data):
+        try:
+            written = os.write(self._fd, data)
+            while written < len(data):
+                written += os.write(self._fd, memoryview(data)[written:])
         except OSError as error:
             raise ChannelClosed(f"cannot write to the Nereid server: {error}") from error
 

@@ -1,17 +1,20 @@
 """Plays the Nereid server's side of the worker protocol (see ../README.md):
 starts nereid_worker.py as a subprocess, writes and reads frames (over two
-pipes, or one socket as the worker's stdin and stdout), owns a shared-memory
-file for input tensors, and reads output tensors back."""
+pipes, or one socket as the worker's stdin and stdout, plus the side
+channel's pipe), owns a shared-memory file for input tensors, and reads
+output tensors back."""
 
 import json
 import os
 import queue
+import select
 import signal
 import socket
 import struct
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -55,25 +58,32 @@ def model_file(name):
 class Worker:
     """A running nereid_worker.py, talked to over `transport`: "pipes" (its
     stdin and stdout) or "socket" (one socket as both). Frames from it are
-    read by a thread so that every wait has a timeout."""
+    read by a thread so that every wait has a timeout. Side frames (log
+    lines, metrics and model control calls) come on a pipe of their own,
+    read when asked for (`logs`, `expect_side`): what the worker wrote
+    there before a main frame the test has is always found."""
 
     def __init__(self, transport="pipes"):
-        env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR))
+        self._side, side_theirs = os.pipe()
+        env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), NEREID_SIDE_FD=str(side_theirs))
         command = [sys.executable, str(PYTHON_DIR / "nereid_worker.py")]
         if transport == "socket":
             self._socket, theirs = socket.socketpair()
             self.process = subprocess.Popen(command, stdin=theirs, stdout=theirs,
-                                            stderr=subprocess.PIPE, env=env)
+                                            stderr=subprocess.PIPE, env=env, pass_fds=(side_theirs,))
             theirs.close()
             self._to_worker = self._socket.makefile("wb")
             self._from_worker = self._socket.makefile("rb")
         else:
             self._socket = None
             self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            stderr=subprocess.PIPE, env=env)
+                                            stderr=subprocess.PIPE, env=env, pass_fds=(side_theirs,))
             self._to_worker, self._from_worker = self.process.stdin, self.process.stdout
+        os.close(side_theirs)
+        self._side_buffer = bytearray()
+        self._side_frames = []  # side frames other than logs, not yet expected
+        self._logs = []
         self.frames = queue.Queue()
-        self.logs = []
         self.released = []
         self._stderr = []
         threading.Thread(target=self._read_frames, daemon=True).start()
@@ -116,16 +126,53 @@ class Worker:
             self._socket.shutdown(socket.SHUT_WR)
 
     def receive(self, timeout=TIMEOUT):
-        """The next frame that is neither a `log` (kept in `logs`) nor a
-        `bls_release` (its tag kept in `released`); None at end of output."""
+        """The next frame that is not a `bls_release` (its tag kept in
+        `released`); None at end of output."""
         while True:
             frame = self.frames.get(timeout=timeout)
-            if frame is not None and frame.get("op") == "log":
-                self.logs.append(frame)
-            elif frame is not None and frame.get("op") == "bls_release":
+            if frame is not None and frame.get("op") == "bls_release":
                 self.released.append(frame["tag"])
             else:
                 return frame
+
+    @property
+    def logs(self):
+        """Every `log` side frame so far."""
+        while self._read_side(0):
+            pass
+        return self._logs
+
+    def expect_side(self, op, timeout=TIMEOUT):
+        """The next side frame other than a log; it must be an `op`."""
+        deadline = time.monotonic() + timeout
+        while not self._side_frames:
+            left = deadline - time.monotonic()
+            assert left > 0 and self._read_side(left), f"no side frame '{op}'\n{self.stderr()}"
+        frame = self._side_frames.pop(0)
+        assert frame.get("op") == op, f"expected side frame '{op}', got {frame}"
+        return frame
+
+    def reply(self, frame, error=None, **fields):
+        """Answer the side call `frame` (a `reply` on the worker's stdin)."""
+        self.send({"op": "reply", "tag": frame["tag"], "error": error, **fields})
+
+    def _read_side(self, timeout):
+        """Read what the side pipe has, waiting up to `timeout`; whether
+        anything came."""
+        if not select.select([self._side], [], [], timeout)[0]:
+            return False
+        data = os.read(self._side, 1 << 16)
+        if not data:
+            return False
+        self._side_buffer += data
+        while len(self._side_buffer) >= 4:
+            (length,) = struct.unpack_from("<I", self._side_buffer)
+            if len(self._side_buffer) < 4 + length:
+                break
+            frame = json.loads(self._side_buffer[4 : 4 + length])
+            del self._side_buffer[: 4 + length]
+            (self._logs if frame.get("op") == "log" else self._side_frames).append(frame)
+        return True
 
     def expect(self, op, timeout=TIMEOUT):
         frame = self.receive(timeout)
@@ -149,6 +196,7 @@ class Worker:
             os.unlink(os.path.join("/dev/shm", name))
         for stream in (self._to_worker, self._from_worker, self.process.stderr):
             stream.close()
+        os.close(self._side)
         if self._socket is not None:
             self._socket.close()
 

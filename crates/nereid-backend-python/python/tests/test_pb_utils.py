@@ -135,9 +135,10 @@ def test_request_and_response_arguments_are_checked_as_triton_does():
         request.exec()
     with pytest.raises(pb_utils.TritonModelException, match="^BLS is only supported during the 'execute' function.$"):
         request.exec(decoupled=True)
-    with pytest.raises(pb_utils.TritonModelException, match="request rescheduling"):
-        request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+    request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
     request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL)
+    with pytest.raises(TypeError, match="^set_release_flags\\(\\): incompatible function arguments"):
+        request.set_release_flags(None)
 
     response = pb_utils.InferenceResponse(output_tensors=[tensor], parameters={"k": True})
     assert (response.has_error(), response.error(), json.loads(response.parameters())) == (False, None, {"k": True})
@@ -148,13 +149,48 @@ def test_request_and_response_arguments_are_checked_as_triton_does():
 
 
 def test_unsupported_calls_say_so():
+    with pytest.raises(pb_utils.TritonModelException, match="Nereid's Python backend does not support"):
+        pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_GPU, 0)
+    pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU)
+
+
+def test_server_calls_outside_a_worker_say_so():
     for call in (lambda: pb_utils.load_model("m"), lambda: pb_utils.unload_model("m"),
                  lambda: pb_utils.is_model_ready("m"),
-                 lambda: pb_utils.MetricFamily("n", "d", pb_utils.MetricFamily.COUNTER),
-                 lambda: pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_GPU, 0)):
-        with pytest.raises(pb_utils.TritonModelException, match="Nereid's Python backend does not support"):
+                 lambda: pb_utils.MetricFamily("n", "d", pb_utils.MetricFamily.COUNTER)):
+        with pytest.raises(pb_utils.TritonModelException, match="only available inside a Nereid worker"):
             call()
-    pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU)
+
+
+def test_server_calls_check_their_arguments_as_pybind11_does():
+    kinds = pb_utils.MetricFamily
+    assert (int(kinds.COUNTER), int(kinds.GAUGE), int(kinds.HISTOGRAM)) == (0, 1, 2)
+    assert repr(kinds.GAUGE) == "<MetricKind.GAUGE: 1>"
+    with pytest.raises(TypeError) as raised:
+        pb_utils.MetricFamily("probe_kind", "d", 5)
+    assert str(raised.value) == (
+        "__init__(): incompatible constructor arguments. The following argument types are supported:\n"
+        "    1. triton_python_backend_utils.MetricFamily(name: str, description: str, "
+        "kind: triton_python_backend_utils.MetricKind)\n\nInvoked with: 'probe_kind', 'd', 5")
+    with pytest.raises(TypeError, match=r"Invoked with: kwargs: name=None, description='d', "
+                                        r"kind=<MetricKind.GAUGE: 1>$"):
+        pb_utils.MetricFamily(name=None, description="d", kind=kinds.GAUGE)
+    with pytest.raises(TypeError, match=r"(?s)^load_model\(\): incompatible function arguments.*"
+                                        r"Invoked with: 'target', None$") as raised:
+        pb_utils.load_model("target", None)
+    assert "1. (model_name: str, config: str = '', files: object = None) -> None" in str(raised.value)
+    with pytest.raises(TypeError, match=r"Invoked with: 'target'; kwargs: unload_dependents=None$"):
+        pb_utils.unload_model("target", unload_dependents=None)
+    with pytest.raises(TypeError, match=r"(?s)^is_model_ready\(\): .*Invoked with: 'target', 1$"):
+        pb_utils.is_model_ready("target", 1)
+    # What is checked before asking the server (Triton checks it in the stub).
+    with pytest.raises(pb_utils.TritonModelException, match="^failed to load model 'target', files should be "
+                                                             "a dictionary of file paths and file contents$"):
+        pb_utils.load_model("target", files=[1])
+    with pytest.raises(TypeError, match="^Object of type 'str' is not an instance of 'bytes'$"):
+        pb_utils.load_model("target", files={"file:1/model.py": "x"})
+    with pytest.raises(RuntimeError, match="^Unable to cast Python instance to C\\+\\+ type"):
+        pb_utils.load_model("target", files={1: b"x"})
 
 
 def test_logger_outside_a_worker_writes_stderr(capsys):

@@ -442,3 +442,46 @@ def test_sigterm_removes_the_arena_and_exits(start_worker, shm):
     worker.process.send_signal(signal.SIGTERM)
     assert worker.wait() == 128 + signal.SIGTERM
     assert arena_files(pid) == []
+
+
+def reschedule_config(decoupled):
+    config = {"name": "reschedule", "max_batch_size": 0, "input": [],
+              "output": [tensor_config("OUT", "TYPE_INT32", [1])]}
+    if decoupled:
+        config["model_transaction_policy"] = {"decoupled": True}
+    return config
+
+
+def test_rescheduled_requests_are_named_in_the_answer(start_worker):
+    worker = start_worker()
+    worker.initialize("reschedule", reschedule_config(False))
+    reply = worker.execute([request("1", [], ["OUT"], parameters={"mode": "reschedule"}),
+                            request("2", [], ["OUT"], parameters={"mode": "plain"})])
+    assert reply["rescheduled"] == ["1"]
+    assert reply["responses"][0] is None
+    np.testing.assert_array_equal(read_tensor(reply["responses"][1]["outputs"][0]), [5])
+    # Without rescheduling the answer has no such key.
+    assert "rescheduled" not in worker.execute([request("3", [], ["OUT"])])
+
+
+def test_a_rescheduled_request_with_a_response_fails_the_batch_as_in_triton(start_worker):
+    worker = start_worker()
+    worker.initialize("reschedule", reschedule_config(False))
+    reply = worker.execute([request("1", [], ["OUT"], parameters={"mode": "reschedule answered"})])
+    assert reply["responses"] is None
+    assert reply["error"]["message"] == failure(
+        "reschedule_0_0",
+        "Expected a None object in the execute function return list for reschduled request, "
+        "found type '<class 'triton_python_backend_utils.InferenceResponse'>'.")
+
+
+def test_a_decoupled_model_reschedules_after_sending(start_worker):
+    worker = start_worker()
+    worker.initialize("reschedule", reschedule_config(True))
+    worker.send({"op": "execute", "requests": [
+        request("1", [], ["OUT"], parameters={"mode": "reschedule"}),
+        request("2", [], ["OUT"], parameters={"mode": ""})]})
+    first, second = worker.expect("response"), worker.expect("response")
+    assert (first["id"], first["final"], second["id"], second["final"]) == ("1", False, "2", True)
+    reply = worker.expect("responses")
+    assert (reply["responses"], reply["rescheduled"]) == ([None, None], ["1"])
