@@ -407,6 +407,28 @@ mod tests {
     }
 
     #[test]
+    fn kserve_tritonserver_arguments_parse() {
+        // KServe's Triton runtime (deploy/kserve), and the mode it adds
+        // when an InferenceService has no storageUri.
+        let args = Args::try_parse_from([
+            "tritonserver",
+            "--model-store=/mnt/models",
+            "--grpc-port=9000",
+            "--http-port=8080",
+            "--allow-grpc=true",
+            "--allow-http=true",
+            "--model-control-mode=explicit",
+        ])
+        .unwrap();
+        assert_eq!(
+            (args.http_port, args.grpc_port, args.metrics_port),
+            (8080, 9000, 8002)
+        );
+        assert!(args.allow_http && args.allow_grpc);
+        assert_eq!(args.model_control_mode, ModelControlMode::Explicit);
+    }
+
+    #[test]
     fn unknown_flags_are_named() {
         let err =
             Args::try_parse_from(["nereid", "--model-repository=/a", "--backend-directory=/x"])
