@@ -45,6 +45,7 @@ setup:
 
 setup-test: setup setup-torch
 	scripts/setup-perf-analyzer.sh
+	scripts/setup-prometheus.sh
 
 setup-torch: setup
 	scripts/setup-libtorch.sh >/dev/null

@@ -28,7 +28,6 @@ async fn start() -> (RunningServer, String) {
     let config = ServerConfig {
         engine: EngineOptions {
             repositories: vec![root],
-            mirrors: Vec::new(),
             strict_model_config: false,
             strict_readiness: true,
             response_cache_bytes: None,
