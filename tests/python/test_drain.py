@@ -1,13 +1,18 @@
 """Drain on SIGTERM: the server turns not ready at once, answers new
 requests 503 / UNAVAILABLE, finishes every request it had accepted (HTTP,
 gRPC and a gRPC stream) within `--exit-timeout-secs`, logs how many it
-waited for, and exits 0. Triton stops at once instead (its issue #6230)."""
+waited for, and exits 0. Triton stops at once instead (its issue #6230).
+Clients that keep their connections and send request after request, one
+written just before the signal, get an answer to every request (200, then
+503 with `Connection: close`), never a bare close."""
 
 from __future__ import annotations
 
 import queue
 import re
+import shutil
 import signal
+import socket
 import sys
 import threading
 import time
@@ -19,7 +24,7 @@ import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from conftest import start_server
+from conftest import REPO_ROOT, start_server
 
 MODEL = '''
 import time
@@ -123,3 +128,107 @@ def test_sigterm_finishes_every_accepted_request_and_refuses_new_ones(tmp_path):
     assert "every accepted request was answered" in log, log
     waited = re.search(r"waiting for (\d+) accepted requests", log)
     assert waited and int(waited.group(1)) >= 20, log
+
+
+FAST_REQUEST = (b'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,4],'
+                b'"data":[1,2,3,4]}]}')
+
+
+class KeptConnection:
+    """One keep-alive HTTP/1.1 connection on a raw socket, so that the test
+    knows each request was written whole before it reads the answer."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+        self.pending = b""
+
+    def send(self) -> None:
+        self.sock.sendall(b"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n" % len(FAST_REQUEST) + FAST_REQUEST)
+
+    def answer(self) -> tuple[int, bool] | None:
+        """(status, whether the server closes after it), or None for a bare
+        close: the connection ended with no answer."""
+        try:
+            while b"\r\n\r\n" not in self.pending:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return None
+                self.pending += chunk
+            head, self.pending = self.pending.split(b"\r\n\r\n", 1)
+            lines = head.decode("latin-1").split("\r\n")
+            headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+            length = int(headers.get("content-length", "0"))
+            while len(self.pending) < length:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    return None
+                self.pending += chunk
+            self.pending = self.pending[length:]
+            return int(lines[0].split()[1]), headers.get("connection", "").lower() == "close"
+        except ConnectionResetError:
+            return None
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_kept_connections_get_an_answer_to_every_request_through_the_drain(tmp_path):
+    repo = repository(tmp_path)
+    shutil.copytree(REPO_ROOT / "tests" / "models" / "identity_fp32", repo / "identity_fp32")
+    s = start_server(tmp_path, [repo], [f"--backend-config=python,python-path={sys.executable}",
+                                        "--exit-timeout-secs=20"])
+    clients = 8
+    connections = [KeptConnection(s.http_port) for _ in range(clients)]
+    idle = KeptConnection(s.http_port)
+    idle.send()
+    assert idle.answer() == (200, False)
+    written = threading.Barrier(clients + 1)
+    results: list[dict] = [{"statuses": [], "bare_closes": 0, "closed_cleanly": False}
+                           for _ in range(clients)]
+
+    def client(index: int) -> None:
+        connection, result = connections[index], results[index]
+        for _ in range(20):  # warm, before the signal
+            connection.send()
+            result["statuses"].append(connection.answer()[0])
+        connection.send()  # a request written just before the signal
+        written.wait(timeout=20)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            answer = connection.answer()
+            if answer is None:
+                result["bare_closes"] += 1
+                return
+            status, closing = answer
+            result["statuses"].append(status)
+            if closing:
+                result["closed_cleanly"] = connection.answer() is None
+                return
+            connection.send()
+
+    with ThreadPoolExecutor(max_workers=clients + 1) as pool:
+        # A slow request in flight makes the drain last about a second,
+        # through which the clients keep sending.
+        slow = pool.submit(http_infer, s.http_url, 7)
+        time.sleep(0.3)
+        running = [pool.submit(client, i) for i in range(clients)]
+        written.wait(timeout=20)
+        s.process.send_signal(signal.SIGTERM)
+        for future in running:
+            future.result(timeout=60)
+        assert (slow.result(timeout=30) == 14).all()
+    # The idle connection was closed without a word, after the grace.
+    assert idle.answer() is None
+    for connection in connections + [idle]:
+        connection.close()
+    assert s.process.wait(timeout=30) == 0, s.log()
+    for index, result in enumerate(results):
+        statuses = result["statuses"]
+        assert result["bare_closes"] == 0, (index, statuses[-5:], s.log())
+        assert result["closed_cleanly"], (index, statuses[-5:])
+        assert set(statuses) <= {200, 503}, (index, set(statuses))
+        assert statuses[-1] == 503, (index, statuses[-5:])
+    refused = sum(r["statuses"].count(503) for r in results)
+    assert refused >= clients, refused

@@ -67,6 +67,24 @@ def test_a_body_over_the_cap_is_413(srv):
     assert serves(srv)
 
 
+def test_a_declared_length_over_the_cap_is_413_before_the_body(srv):
+    with raw_connection(srv) as sock:
+        sock.sendall(b"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: %d\r\n\r\n{\"inputs\"" % (100 * MIB))
+        sock.settimeout(10)
+        answer = b""
+        while b"}" not in answer:
+            chunk = sock.recv(4096)
+            assert chunk, answer
+            answer += chunk
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert head.split(b" ")[1] == b"413", head
+    assert body.decode() == (
+        '{"error":"request size of %d bytes exceeds the maximum allowed input size of %d bytes. '
+        'Use --http-max-input-size to increase the limit."}' % (100 * MIB, MIB))
+    assert serves(srv)
+
+
 def test_the_cap_holds_after_decompression(srv):
     # 64 KiB of gzip that would expand to 64 MiB.
     bomb = gzip.compress(infer_body(4)[:-3] + b" " * (64 * MIB) + b"]}]}", compresslevel=9)

@@ -8,6 +8,7 @@ mod connections;
 mod cuda_shared_memory;
 mod generate;
 mod infer;
+mod input_size;
 mod logging;
 mod model;
 mod repository;
@@ -84,6 +85,11 @@ pub fn router(
         // route's decompression.
         .layer(DefaultBodyLimit::max(limits.http_max_input_bytes))
         .layer(body_timeout(limits.http_read_timeout))
+        // A declared length over the limit is answered before the body.
+        .layer(axum::middleware::from_fn_with_state(
+            limits.http_max_input_bytes,
+            input_size::refuse_oversized,
+        ))
         // Outermost: a refused request is answered before its body is read.
         .layer(RestrictLayer::new(
             restrictions,
