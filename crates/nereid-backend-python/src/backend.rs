@@ -12,6 +12,7 @@ use nereid_core::{Backend, BackendError, InferService, ModelInstance, ModelIo, M
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
+use crate::environment::Environments;
 use crate::instance::{PythonInstance, Service};
 use crate::side::SideContext;
 use crate::worker::{Launch, Worker};
@@ -29,6 +30,8 @@ pub struct PythonBackend {
     sources: TempDir,
     /// The server, for models' BLS, model control and metrics calls.
     service: Service,
+    /// Models' own environments (`EXECUTION_ENV_PATH`), unpacked.
+    environments: Environments,
 }
 
 impl std::fmt::Debug for PythonBackend {
@@ -46,6 +49,7 @@ impl PythonBackend {
             python,
             sources: crate::sources::unpack()?,
             service: Service::default(),
+            environments: Environments::default(),
         })
     }
 
@@ -57,17 +61,24 @@ impl PythonBackend {
     }
 }
 
-/// Triton unpacks a conda-pack archive for `EXECUTION_ENV_PATH`; Nereid
-/// takes the interpreter from one place, the command line, and says so.
-fn refuse_execution_env(config: &ModelConfig) -> Result<(), BackendError> {
-    match config.parameters.get("EXECUTION_ENV_PATH") {
-        None => Ok(()),
-        Some(p) => Err(BackendError::Unsupported(format!(
-            "model '{}': parameter EXECUTION_ENV_PATH ('{}') is not supported by Nereid; \
-             run Python models on an interpreter that has their packages with \
-             --backend-config=python,python-path=PATH",
-            config.name, p.string_value
-        ))),
+impl PythonBackend {
+    /// The interpreter for a model whose file is `model_file`: its own
+    /// environment's (`EXECUTION_ENV_PATH`), else the backend's.
+    fn python_for(&self, config: &ModelConfig, model_file: &Path) -> Result<PathBuf, BackendError> {
+        let model_dir = model_file
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(Path::new("."));
+        let own = self
+            .environments
+            .python_for(config, model_dir)
+            .map_err(|e| match e {
+                BackendError::Load(message) => {
+                    BackendError::Load(format!("model '{}': {message}", config.name))
+                }
+                other => other,
+            })?;
+        Ok(own.unwrap_or_else(|| self.python.clone()))
     }
 }
 
@@ -128,7 +139,7 @@ impl Backend for PythonBackend {
         model_path: &Path,
     ) -> Option<Result<ModelConfig, BackendError>> {
         let run = || {
-            refuse_execution_env(config)?;
+            let python = self.python_for(config, model_path)?;
             let label = format!("model '{}' (auto_complete_config)", config.name);
             let request = json!({"op": "auto_complete", "model_file": model_path, "config": config_json(config)?});
             let side = SideContext {
@@ -137,7 +148,7 @@ impl Backend for PythonBackend {
                 service: Arc::clone(&self.service),
             };
             let (_worker, answer) = Worker::start(
-                &self.python,
+                &python,
                 self.sources.path(),
                 &side,
                 &request,
@@ -157,7 +168,7 @@ impl Backend for PythonBackend {
             "model '{}' version {} instance {}",
             source.model_name, source.version, source.instance_index
         );
-        refuse_execution_env(&source.config)?;
+        let python = self.python_for(&source.config, &source.model_path)?;
         if !source.model_path.is_file() {
             return Err(BackendError::Load(format!(
                 "{label}: unable to find '{}'",
@@ -165,7 +176,7 @@ impl Backend for PythonBackend {
             )));
         }
         let launch = Launch {
-            python: self.python.clone(),
+            python,
             sources: self.sources.path().to_path_buf(),
             initialize: json!({"op": "initialize", "model_file": source.model_path, "args": initialize_args(source)?}),
             side: SideContext {

@@ -20,10 +20,13 @@
 //! (`pb_utils.MetricFamily`) go through the server the backend is
 //! connected to (`PythonBackend::set_service`); all but BLS travel on a
 //! side channel served at any time (`side.rs`).
+//! A model whose config names `EXECUTION_ENV_PATH` runs on the Python of
+//! that environment (`environment.rs`).
 //! A worker that dies is started again, up to a limit. Like the other backends, this crate depends on `nereid-core`
 //! only.
 
 mod backend;
+mod environment;
 mod frame;
 mod instance;
 mod shm;

@@ -162,17 +162,66 @@ fn auto_complete_config_fills_the_config() {
     );
 }
 
+/// A packed environment as conda-pack makes one: `bin/activate` and a
+/// `bin/python3` (here a script that runs the tests' own interpreter,
+/// which has numpy).
+fn packed_environment(model_dir: &std::path::Path) {
+    let python = std::path::absolute(root().join(".venv/bin/python")).unwrap();
+    let file = std::fs::File::create(model_dir.join("env.tar.gz")).unwrap();
+    let mut archive = tar::Builder::new(flate2::write::GzEncoder::new(
+        file,
+        flate2::Compression::fast(),
+    ));
+    // It leaves a mark, so the test sees that it ran.
+    let mark = model_dir.join("env-used");
+    let script = format!(
+        "#!/bin/sh\ntouch {}\nexec {} \"$@\"\n",
+        mark.display(),
+        python.display()
+    );
+    for (path, mode, data) in [
+        ("bin/activate", 0o644, String::new()),
+        ("bin/python3", 0o755, script),
+    ] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(mode);
+        header.set_cksum();
+        archive
+            .append_data(&mut header, path, data.as_bytes())
+            .unwrap();
+    }
+    archive.into_inner().unwrap().finish().unwrap();
+}
+
 #[test]
-fn execution_env_path_is_refused_with_the_reason() {
+fn execution_env_path_runs_the_model_on_its_environments_python() {
     let dir = tempfile::tempdir().unwrap();
     let backends = vec![backend()];
     let config = format!(
         "{ADD_SUB}\nparameters {{ key: \"EXECUTION_ENV_PATH\" value: {{ string_value: \"$$TRITON_MODEL_DIRECTORY/env.tar.gz\" }} }}\n"
     );
     let repo = repository(dir.path(), "env", "add_sub", &config);
+    packed_environment(&dir.path().join("env"));
+    let model = resolve(&repo, "env", &backends).unwrap();
+    assert!(model.config.parameters.contains_key("EXECUTION_ENV_PATH"));
+    // Completing the config and loading ran the unpacked python3.
+    std::fs::remove_file(dir.path().join("env/env-used")).unwrap();
+    backends[0].load(&source(&model)).unwrap();
+    assert!(dir.path().join("env/env-used").exists());
+}
+
+#[test]
+fn an_environment_without_activate_is_refused_with_tritons_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let backends = vec![backend()];
+    let config = format!(
+        "{ADD_SUB}\nparameters {{ key: \"EXECUTION_ENV_PATH\" value: {{ string_value: \"$$TRITON_MODEL_DIRECTORY\" }} }}\n"
+    );
+    let repo = repository(dir.path(), "env", "add_sub", &config);
     let err = resolve(&repo, "env", &backends).unwrap_err();
     assert!(
-        err.contains("EXECUTION_ENV_PATH") && err.contains("python-path"),
+        err.contains("does not exist. The Python environment should contain an 'activate' script."),
         "{err}"
     );
 }
