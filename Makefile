@@ -46,6 +46,7 @@ setup:
 setup-test: setup setup-torch
 	scripts/setup-perf-analyzer.sh
 	scripts/setup-prometheus.sh
+	scripts/setup-redis.sh
 
 setup-torch: setup
 	scripts/setup-libtorch.sh >/dev/null

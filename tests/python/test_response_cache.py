@@ -109,7 +109,8 @@ def test_a_reload_drops_the_models_answers(srv):
 
 @pytest.mark.parametrize("flag, message", [
     ("--cache-config=local,size=lots", "size must be a number of bytes"),
-    ("--cache-config=redis,host=localhost", "Nereid has the 'local' cache only"),
+    ("--cache-config=redis,host=localhost", "Must at a minimum specify 'host' and 'port'"),
+    ("--cache-config=memcached,host=localhost", "not 'memcached'"),
     ("--cache-config=local", "expected <cache>,<key>=<value>"),
 ])
 def test_a_cache_config_that_cannot_be_parsed_stops_the_server_with_the_reason(flag, message):

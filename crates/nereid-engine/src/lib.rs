@@ -128,7 +128,10 @@ impl Engine {
     ) -> Engine {
         let repository = Repository::new(options.repositories.clone(), options.strict_model_config)
             .with_gpus(options.devices.gpu_ids());
-        let cache = options.response_cache_bytes.map(cache::ResponseCache::new);
+        let cache = options
+            .response_cache
+            .as_ref()
+            .map(cache::ResponseCache::new);
         let shared_memory = SharedMemoryRegistry::new(options.devices.clone());
         Engine {
             inner: Arc::new(Inner {
@@ -404,9 +407,21 @@ impl Engine {
         }))
     }
 
-    /// How full the response cache is; `None` when the server has none.
+    /// The response cache's state (how full a local one is, how a Redis
+    /// one fares); `None` when the server has none.
     pub fn cache_usage(&self) -> Option<cache::CacheUsage> {
         self.inner.cache.as_ref().map(cache::ResponseCache::usage)
+    }
+
+    /// Connects the response cache when it is in Redis, checking that the
+    /// server answers; the server does not start without it, as
+    /// tritonserver. Without this call a Redis cache connects in the
+    /// background on first use.
+    pub async fn connect_cache(&self) -> Result<(), cache::ConnectError> {
+        match &self.inner.cache {
+            Some(cache) => cache.connect().await,
+            None => Ok(()),
+        }
     }
 
     /// The system shared memory regions clients registered.

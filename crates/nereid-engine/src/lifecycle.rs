@@ -405,7 +405,7 @@ fn response_cache<'a>(
         return None;
     }
     if cache.is_none() {
-        tracing::warn!(model = %config.name, "response_cache is enabled in the model's config, but the server has no cache (--cache-config local,size=N): answers are not cached");
+        tracing::warn!(model = %config.name, "response_cache is enabled in the model's config, but the server has no cache (--cache-config local,size=N or redis,host=H,port=P): answers are not cached");
     }
     cache
 }

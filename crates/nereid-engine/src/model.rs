@@ -229,8 +229,7 @@ impl LoadedVersion {
         };
         let lookup = Instant::now();
         let key = cache.key(&request.request);
-        if let Some(hit) = cache.get(&key) {
-            let mut response = InferResponse::clone(&hit);
+        if let Some(mut response) = cache.get(&key).await {
             response.id.clone_from(&request.request.id);
             self.stats
                 .record_cache_hit(enqueued.elapsed(), lookup.elapsed());
@@ -239,14 +238,14 @@ impl LoadedVersion {
         let missed = lookup.elapsed();
         let response = self.run_and_classify(request, &classes, enqueued).await?;
         let insert = Instant::now();
-        cache.insert(key, response.clone());
+        cache.insert(key, &response).await;
         self.stats.record_cache_miss(missed + insert.elapsed());
         Ok(response)
     }
 
-    /// Turns on the response cache for this version (see `cache.rs`).
+    /// Turns on the response cache for this version (see `cache/mod.rs`).
     pub(crate) fn with_cache(mut self, cache: &ResponseCache) -> LoadedVersion {
-        self.cache = Some(cache.scope());
+        self.cache = Some(cache.scope(&self.config.name, self.version));
         self
     }
 

@@ -7,6 +7,8 @@ use std::time::Duration;
 use nereid_core::model_config::ModelConfig;
 use nereid_device::Devices;
 
+use crate::cache::CacheConfig;
+
 /// tritonserver's `--model-control-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ControlMode {
@@ -28,9 +30,10 @@ pub struct EngineOptions {
     pub strict_model_config: bool,
     /// Report ready only when every model is ready.
     pub strict_readiness: bool,
-    /// Size in bytes of the response cache (`--cache-config local,size=N`);
-    /// `None`: no cache, so `response_cache { enable: true }` has no effect.
-    pub response_cache_bytes: Option<u64>,
+    /// The response cache (`--cache-config local,size=N` or
+    /// `--cache-config redis,...`); `None`: no cache, so
+    /// `response_cache { enable: true }` has no effect.
+    pub response_cache: Option<CacheConfig>,
     /// The GPUs instances may run on and CUDA shared memory may live on.
     pub devices: Devices,
 }

@@ -105,7 +105,7 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
         repositories: vec![root.path().to_path_buf()],
         strict_model_config: true,
         strict_readiness: true,
-        response_cache_bytes: None,
+        response_cache: None,
         devices: Default::default(),
     };
     let engine = Engine::new(options, vec![Arc::new(backend)]);

@@ -25,7 +25,7 @@ fn engine_with(root: &Path, compute_only: bool) -> (Engine, Controls) {
         repositories: vec![root.to_path_buf()],
         strict_model_config: false,
         strict_readiness: true,
-        response_cache_bytes: None,
+        response_cache: None,
         devices: Default::default(),
     };
     let engine = Engine::new(options, vec![Arc::new(backend)]);

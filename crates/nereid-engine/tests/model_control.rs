@@ -26,7 +26,7 @@ fn engine(root: &Path, mode: ControlMode, startup: &[&str]) -> (Engine, Controls
         repositories: vec![root.to_path_buf()],
         strict_model_config: false,
         strict_readiness: true,
-        response_cache_bytes: None,
+        response_cache: None,
         devices: Default::default(),
     };
     let control = ModelControl {

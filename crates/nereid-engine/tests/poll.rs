@@ -22,7 +22,7 @@ fn poll_engine(root: &Path) -> Engine {
         repositories: vec![root.to_path_buf()],
         strict_model_config: false,
         strict_readiness: true,
-        response_cache_bytes: None,
+        response_cache: None,
         devices: Default::default(),
     };
     let control = ModelControl {

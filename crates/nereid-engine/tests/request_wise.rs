@@ -24,7 +24,7 @@ async fn each_request_of_a_batch_gets_its_own_answer() {
         repositories: vec![root.path().to_path_buf()],
         strict_model_config: false,
         strict_readiness: true,
-        response_cache_bytes: None,
+        response_cache: None,
         devices: Default::default(),
     };
     let engine = Engine::new(options, vec![Arc::new(backend)]);

@@ -117,6 +117,12 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             runtime: tokio::runtime::Handle::current(),
         }));
     }
+    // Before a port is bound: without its Redis, the server does not start
+    // (as tritonserver); once started, a Redis that goes away is a miss.
+    engine
+        .connect_cache()
+        .await
+        .context("cannot use the response cache")?;
     let tracer = Tracer::new(config.trace.clone())?;
     let connections = [
         ConnectionLimit::new(config.limits.http_max_connections),

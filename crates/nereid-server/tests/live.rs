@@ -30,7 +30,7 @@ async fn start() -> (RunningServer, String) {
             repositories: vec![root],
             strict_model_config: false,
             strict_readiness: true,
-            response_cache_bytes: None,
+            response_cache: None,
             devices: Default::default(),
         },
         model_control: ModelControl::default(),

@@ -12,6 +12,7 @@ use nereid_engine::{ControlMode, EngineOptions, ModelControl};
 use crate::logging::{LogFormat, LogSettings};
 use crate::server::ServerConfig;
 
+mod cache;
 mod devices;
 mod limits;
 mod openai;
@@ -24,7 +25,8 @@ use devices::DeviceFlags;
 use limits::LimitFlags;
 use openai::OpenAiFlags;
 use restricted::RestrictedFlags;
-use settings::{metrics_options, python_path, response_cache_bytes};
+use cache::response_cache;
+use settings::{metrics_options, python_path};
 use tls::TlsFlags;
 use trace::{OldTraceFlags, trace_options};
 
@@ -168,8 +170,13 @@ pub struct Args {
     pub backend_config: Vec<String>,
 
     /// A response cache setting, `<cache>,<key>=<value>`, as tritonserver
-    /// takes them: `local,size=BYTES` makes a cache of that many bytes for
-    /// the models whose config has `response_cache { enable: true }`.
+    /// takes them; repeat for several. For the models whose config has
+    /// `response_cache { enable: true }`: `local,size=BYTES` makes a cache
+    /// of that many bytes in the server; `redis,host=HOST` and
+    /// `redis,port=PORT` keep answers in a Redis server that replicas
+    /// share (also `user`, `password`, `db`, `connect_timeout`,
+    /// `socket_timeout` (ms), `pool_size`, `tls_enabled`, `cert`, `key`,
+    /// `cacert`, `cacert_dir`; docs/compatibility.md).
     #[arg(long = "cache-config", value_name = "CACHE,KEY=VALUE")]
     pub cache_config: Vec<String>,
 
@@ -263,9 +270,10 @@ impl Args {
                 repositories: self.model_repository,
                 strict_model_config: self.strict_model_config,
                 strict_readiness: self.strict_readiness,
-                response_cache_bytes: response_cache_bytes(
+                response_cache: response_cache(
                     &self.cache_config,
                     self.response_cache_byte_size,
+                    |name| std::env::var(name).ok(),
                 )?,
                 devices: self.devices.devices()?,
             },

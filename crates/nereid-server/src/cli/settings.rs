@@ -1,6 +1,6 @@
 //! The flags that carry `<name>,<key>=<value>` or `<key>=<value>`
-//! settings, as tritonserver takes them: `--backend-config`,
-//! `--cache-config` and `--metrics-config`.
+//! settings, as tritonserver takes them: `--backend-config` and
+//! `--metrics-config` (`--cache-config` has `cache.rs`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use crate::metrics::MetricsOptions;
 
 /// `<name>,<key>=<value>` split in three; `flag` and `what` name it in the
 /// error.
-fn split_setting<'a>(
+pub(super) fn split_setting<'a>(
     flag: &str,
     what: &str,
     setting: &'a str,
@@ -18,33 +18,6 @@ fn split_setting<'a>(
         .split_once(',')
         .and_then(|(name, pair)| pair.split_once('=').map(|(k, v)| (name, k, v)))
         .ok_or_else(|| anyhow::anyhow!("{flag} {setting}: expected <{what}>,<key>=<value>"))
-}
-
-/// The response cache's size from `--cache-config` and
-/// `--response-cache-byte-size`; `None` when neither asks for one.
-pub(super) fn response_cache_bytes(
-    settings: &[String],
-    byte_size: Option<u64>,
-) -> anyhow::Result<Option<u64>> {
-    let mut size = byte_size;
-    for setting in settings {
-        let (cache, key, value) = split_setting("--cache-config", "cache", setting)?;
-        match (cache, key) {
-            ("local", "size") => {
-                let bytes = value.parse::<u64>().map_err(|_| {
-                    anyhow::anyhow!("--cache-config {setting}: size must be a number of bytes")
-                })?;
-                size = Some(bytes);
-            }
-            ("local", _) => {
-                anyhow::bail!("--cache-config {setting}: the local cache has one setting, 'size'")
-            }
-            _ => anyhow::bail!(
-                "--cache-config {setting}: Nereid has the 'local' cache only, not '{cache}'"
-            ),
-        }
-    }
-    Ok(size.filter(|&bytes| bytes > 0))
 }
 
 /// The interpreter `--backend-config=python,python-path=...` names.
@@ -149,26 +122,6 @@ mod tests {
             PathBuf::from("/opt/py/bin/python")
         );
         assert!(python_path(&["python".to_string()]).is_err());
-    }
-
-    #[test]
-    fn cache_config_sizes_the_local_cache_and_refuses_the_rest() {
-        let set = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(response_cache_bytes(&[], None).unwrap(), None);
-        assert_eq!(
-            response_cache_bytes(&set(&["local,size=1048576"]), None).unwrap(),
-            Some(1 << 20)
-        );
-        assert_eq!(response_cache_bytes(&[], Some(4096)).unwrap(), Some(4096));
-        for bad in [
-            "local",
-            "local,size",
-            "local,size=lots",
-            "local,ttl=3",
-            "redis,host=h",
-        ] {
-            assert!(response_cache_bytes(&set(&[bad]), None).is_err(), "{bad}");
-        }
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! The response cache's metrics, with Triton 2.51's names: per version
 //! `nv_cache_num_hits_per_model`, `nv_cache_hit_duration_per_model`,
 //! `nv_cache_num_misses_per_model`, `nv_cache_miss_duration_per_model`
-//! (for versions the cache has seen), and `nv_cache_num_entries` and
-//! `nv_cache_util` for the whole cache.
+//! (for versions the cache has seen), and for the whole local cache
+//! `nv_cache_num_entries` and `nv_cache_util`. A Redis cache, whose size
+//! is Redis's to report, has Nereid's `nereid_cache_errors_total` (by
+//! `operation`: get, set, connect) and `nereid_cache_connected` instead.
 
 use metrics::Recorder;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use nereid_engine::VersionStatistics;
-use nereid_engine::cache::CacheUsage;
+use nereid_engine::cache::{CacheUsage, LocalUsage, RedisHealth};
 use nereid_engine::stats::StatsSnapshot;
 
 use super::METADATA;
@@ -57,6 +59,14 @@ pub fn render(usage: Option<CacheUsage>, stats: &[VersionStatistics]) -> String 
                 .absolute(read(&v.stats));
         }
     }
+    match usage {
+        CacheUsage::Local(usage) => local(&recorder, usage),
+        CacheUsage::Redis(health) => redis(&recorder, health),
+    }
+    recorder.handle().render()
+}
+
+fn local(recorder: &impl Recorder, usage: LocalUsage) {
     let gauges = [
         (
             "nv_cache_num_entries",
@@ -75,7 +85,35 @@ pub fn render(usage: Option<CacheUsage>, stats: &[VersionStatistics]) -> String 
             .register_gauge(&metrics::Key::from_name(name), &METADATA)
             .set(value);
     }
-    recorder.handle().render()
+}
+
+fn redis(recorder: &impl Recorder, health: RedisHealth) {
+    let errors = "nereid_cache_errors_total";
+    recorder.describe_counter(
+        errors.into(),
+        None,
+        "Response cache operations that failed (each a miss or an answer not stored), by operation"
+            .into(),
+    );
+    for (operation, count) in [
+        ("get", health.get_errors),
+        ("set", health.set_errors),
+        ("connect", health.connect_errors),
+    ] {
+        let key =
+            metrics::Key::from_parts(errors, vec![metrics::Label::new("operation", operation)]);
+        recorder.register_counter(&key, &METADATA).absolute(count);
+    }
+    let connected = "nereid_cache_connected";
+    recorder.describe_gauge(
+        connected.into(),
+        None,
+        "Whether the response cache's Redis server is in use (1) or being reconnected to (0)"
+            .into(),
+    );
+    recorder
+        .register_gauge(&metrics::Key::from_name(connected), &METADATA)
+        .set(f64::from(u8::from(health.connected)));
 }
 
 #[cfg(test)]
@@ -84,15 +122,36 @@ mod tests {
 
     #[test]
     fn versions_the_cache_has_not_seen_have_no_series() {
-        let usage = CacheUsage {
+        let usage = CacheUsage::Local(LocalUsage {
             entries: 3,
             bytes: 512,
             capacity: 1024,
-        };
+        });
         let text = render(Some(usage), &[]);
         assert!(!text.contains("_per_model"), "{text}");
         assert!(text.contains("nv_cache_num_entries 3"), "{text}");
         assert!(text.contains("nv_cache_util 0.5"), "{text}");
         assert!(render(None, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_redis_cache_reports_its_errors_and_connection_not_a_size() {
+        let health = RedisHealth {
+            connected: false,
+            get_errors: 2,
+            set_errors: 1,
+            connect_errors: 5,
+        };
+        let text = render(Some(CacheUsage::Redis(health)), &[]);
+        assert!(
+            text.contains(r#"nereid_cache_errors_total{operation="get"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"nereid_cache_errors_total{operation="connect"} 5"#),
+            "{text}"
+        );
+        assert!(text.contains("nereid_cache_connected 0"), "{text}");
+        assert!(!text.contains("nv_cache_util"), "{text}");
     }
 }

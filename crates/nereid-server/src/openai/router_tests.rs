@@ -15,7 +15,7 @@ fn app(key: Option<&str>) -> (axum::Router, tempfile::TempDir) {
         repositories: vec![repository.path().to_path_buf()],
         strict_model_config: false,
         strict_readiness: true,
-        response_cache_bytes: None,
+        response_cache: None,
         devices: Default::default(),
     };
     let engine = Engine::new(options, Vec::new());

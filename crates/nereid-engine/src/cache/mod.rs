@@ -1,0 +1,273 @@
+//! The response cache, used by models whose config has
+//! `response_cache { enable: true }`. Two kinds, as in Triton's
+//! `--cache-config`: `local` keeps answers in this process, bounded by
+//! bytes with LRU eviction (`local.rs`); `redis` keeps them in a Redis
+//! server that several replicas share (`redis.rs`), under keys every
+//! replica computes alike (`encoding.rs`). Both key on everything that
+//! decides an answer: the model and version, the inputs, the outputs asked
+//! for and the request parameters a model may read.
+//!
+//! In the local cache each loaded version has a scope of its own, so a
+//! reload never answers from the version it replaced, and the scope's
+//! entries go when the version is dropped. Redis keys name the model and
+//! version instead, which every replica shares; a Redis cache that fails
+//! is a miss, never a failed request.
+
+mod encoding;
+mod local;
+mod redis;
+
+use bytes::Bytes;
+use nereid_core::{DataType, InferRequest, InferResponse, Parameters};
+
+pub use self::redis::{ConnectError, RedisCache, RedisHealth, RedisOptions, RedisTls};
+pub use local::LocalCache;
+
+/// Request parameters that change how an answer travels, not what it is.
+const TRANSPORT_PARAMETERS: [&str; 5] = [
+    "binary_data_output",
+    "priority",
+    "timeout",
+    "triton_enable_empty_final_response",
+    "headers",
+];
+
+/// Output parameters that change how an output travels, not what it is.
+const TRANSPORT_OUTPUT_PARAMETERS: [&str; 1] = ["binary_data"];
+
+/// Which cache the server keeps (`--cache-config`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum CacheConfig {
+    /// `local,size=BYTES`.
+    Local { bytes: u64 },
+    /// `redis,host=...,port=...`.
+    Redis(Box<RedisOptions>),
+}
+
+/// The server's one response cache, shared by every model that enables it.
+/// Cheap to clone; clones share everything.
+#[derive(Debug, Clone)]
+pub enum ResponseCache {
+    Local(LocalCache),
+    Redis(RedisCache),
+}
+
+impl ResponseCache {
+    /// The cache `config` asks for. A Redis cache connects in the
+    /// background, or at [`ResponseCache::connect`].
+    pub fn new(config: &CacheConfig) -> ResponseCache {
+        match config {
+            CacheConfig::Local { bytes } => ResponseCache::Local(LocalCache::new(*bytes)),
+            CacheConfig::Redis(options) => {
+                ResponseCache::Redis(RedisCache::new(RedisOptions::clone(options)))
+            }
+        }
+    }
+
+    /// Makes sure the cache can be used: a Redis cache connects and
+    /// answers a PING, or says why not (tritonserver does not start
+    /// without its Redis either).
+    pub async fn connect(&self) -> Result<(), ConnectError> {
+        match self {
+            ResponseCache::Local(_) => Ok(()),
+            ResponseCache::Redis(cache) => cache.connect().await,
+        }
+    }
+
+    /// The cache's state now, for the metrics endpoint.
+    pub fn usage(&self) -> CacheUsage {
+        match self {
+            ResponseCache::Local(cache) => CacheUsage::Local(cache.usage()),
+            ResponseCache::Redis(cache) => CacheUsage::Redis(cache.health()),
+        }
+    }
+
+    /// A scope for one loaded version of `model`.
+    pub fn scope(&self, model: &str, version: i64) -> CacheScope {
+        match self {
+            ResponseCache::Local(cache) => CacheScope::Local(cache.scope()),
+            ResponseCache::Redis(cache) => CacheScope::Redis {
+                cache: cache.clone(),
+                model: model.to_string(),
+                version,
+            },
+        }
+    }
+}
+
+/// The response cache's state at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheUsage {
+    /// How full the local cache is.
+    Local(LocalUsage),
+    /// Whether the Redis server is reachable, and how often it failed.
+    Redis(RedisHealth),
+}
+
+/// The local cache's size at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalUsage {
+    pub entries: u64,
+    pub bytes: u64,
+    pub capacity: u64,
+}
+
+/// One loaded version's part of the cache.
+#[derive(Debug)]
+pub enum CacheScope {
+    Local(local::LocalScope),
+    Redis {
+        cache: RedisCache,
+        model: String,
+        version: i64,
+    },
+}
+
+impl CacheScope {
+    /// The key of `request` (which must already be validated) in this
+    /// scope. It shares the request's input data.
+    pub fn key(&self, request: &InferRequest) -> CacheKey {
+        let scope = match self {
+            CacheScope::Local(scope) => scope.id(),
+            // Redis keys name the model and version instead.
+            CacheScope::Redis { .. } => 0,
+        };
+        CacheKey::new(scope, request)
+    }
+
+    /// The answer stored under `key`, if any; a cache that cannot be read
+    /// has none.
+    pub async fn get(&self, key: &CacheKey) -> Option<InferResponse> {
+        match self {
+            CacheScope::Local(scope) => scope.get(key),
+            CacheScope::Redis {
+                cache,
+                model,
+                version,
+            } => cache.get(&encoding::redis_key(model, *version, key)).await,
+        }
+    }
+
+    /// Stores `response` under `key`; a cache that cannot be written
+    /// stays as it was.
+    pub async fn insert(&self, key: CacheKey, response: &InferResponse) {
+        match self {
+            CacheScope::Local(scope) => scope.insert(key, response),
+            CacheScope::Redis {
+                cache,
+                model,
+                version,
+            } => {
+                let redis_key = encoding::redis_key(model, *version, &key);
+                cache
+                    .set(redis_key, encoding::encode_response(response))
+                    .await;
+            }
+        }
+    }
+}
+
+/// What decides an answer: the loaded version (the local cache's scope;
+/// Redis keys name the model and version), the inputs, the outputs asked
+/// for (with their parameters, such as `classification`) and the request
+/// parameters a model may read.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct CacheKey {
+    scope: u64,
+    inputs: Vec<CachedInput>,
+    outputs: Vec<(String, String)>,
+    parameters: String,
+}
+
+impl CacheKey {
+    fn new(scope: u64, request: &InferRequest) -> CacheKey {
+        let inputs = request
+            .inputs
+            .iter()
+            .map(|i| CachedInput {
+                name: i.name.clone(),
+                datatype: i.datatype,
+                shape: i.shape.clone(),
+                data: i.data.clone(),
+            })
+            .collect();
+        let outputs = request
+            .outputs
+            .iter()
+            .map(|o| {
+                let parameters = parameters_text(&o.parameters, &TRANSPORT_OUTPUT_PARAMETERS);
+                (o.name.clone(), parameters)
+            })
+            .collect();
+        CacheKey {
+            scope,
+            inputs,
+            outputs,
+            parameters: parameters_text(&request.parameters, &TRANSPORT_PARAMETERS),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.inputs
+            .iter()
+            .map(|i| i.data.len() + i.name.len() + 8 * i.shape.len())
+            .sum::<usize>()
+            + self.parameters.len()
+    }
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct CachedInput {
+    name: String,
+    datatype: DataType,
+    shape: Vec<i64>,
+    data: Bytes,
+}
+
+/// Parameters as stable text (they hold floats, which have no `Eq`),
+/// leaving out `skip`.
+fn parameters_text(parameters: &Parameters, skip: &[&str]) -> String {
+    parameters
+        .iter()
+        .filter(|(k, _)| !skip.contains(&k.as_str()))
+        .map(|(k, v)| format!("{k}={v:?};"))
+        .collect()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use nereid_core::{InputTensor, Parameter, RequestedOutput};
+
+    pub(crate) fn request(data: &[u8]) -> InferRequest {
+        InferRequest {
+            model_name: "m".into(),
+            inputs: vec![InputTensor {
+                name: "IN".into(),
+                datatype: DataType::Uint8,
+                shape: vec![data.len() as i64],
+                data: Bytes::copy_from_slice(data),
+                parameters: Parameters::new(),
+            }],
+            ..InferRequest::default()
+        }
+    }
+
+    #[test]
+    fn keys_differ_by_data_and_outputs_but_not_by_transport() {
+        let key = |r: &InferRequest| CacheKey::new(1, r);
+        assert_eq!(key(&request(b"abc")), key(&request(b"abc")));
+        assert_ne!(key(&request(b"abc")), key(&request(b"abd")));
+        let mut other_output = request(b"abc");
+        other_output.outputs.push(RequestedOutput {
+            name: "OUT".into(),
+            parameters: [("classification".to_string(), Parameter::Int64(2))].into(),
+        });
+        assert_ne!(key(&request(b"abc")), key(&other_output));
+        let mut transport_only = request(b"abc");
+        transport_only
+            .parameters
+            .insert("binary_data_output".into(), Parameter::Bool(true));
+        assert_eq!(key(&request(b"abc")), key(&transport_only));
+    }
+}
