@@ -21,11 +21,11 @@ mod settings;
 mod tls;
 mod trace;
 
+use cache::response_cache;
 use devices::DeviceFlags;
 use limits::LimitFlags;
 use openai::OpenAiFlags;
 use restricted::RestrictedFlags;
-use cache::response_cache;
 use settings::{metrics_options, python_path};
 use tls::TlsFlags;
 use trace::{OldTraceFlags, trace_options};
