@@ -20,6 +20,7 @@ mod job;
 mod lifecycle;
 mod memory;
 mod metadata;
+mod mirrors;
 mod model;
 mod options;
 mod plan;
@@ -166,12 +167,15 @@ impl Engine {
     /// mode the repository is followed from then on. Errs only if a
     /// repository folder itself cannot be read.
     pub fn load_all(&self) -> Result<Vec<LoadFailure>, Error> {
+        let copy_failures = self.refresh_mirrors(self.startup_scope());
         let dirs = self
             .inner
             .repository
             .scan()
             .map_err(|e| Error::internal(format!("cannot read the model repository: {e}")))?;
         let (dirs, mut failures) = self.startup_selection(dirs);
+        failures.retain(|f| !copy_failures.iter().any(|c| c.model == f.model));
+        failures.extend(copy_failures);
         let applied: BTreeMap<String, u64> = dirs
             .iter()
             .filter_map(|d| Some((d.name.clone(), watcher::fingerprint_entry(d).ok()?)))
@@ -269,6 +273,7 @@ impl Engine {
     }
 
     fn find_model(&self, name: &str) -> Result<Option<nereid_repository::ModelEntry>, Error> {
+        self.refresh_for_load(name)?;
         let dirs = self
             .inner
             .repository

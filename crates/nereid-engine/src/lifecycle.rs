@@ -74,7 +74,10 @@ impl Engine {
         self.inner.registry.write().mark_loading(&name, &fresh);
         let composer = crate::ensemble::EngineComposer::for_engine(self);
         let cache = self.inner.cache.as_ref();
-        let results = load_versions(&resolved, &targets, &plan.load, &composer, cache);
+        let results = load_versions(&resolved, &targets, &plan.load, &composer, cache)
+            .into_iter()
+            .map(|(v, result)| (v, result.map_err(|e| self.error_in_origins(e))))
+            .collect();
         let (entry, retired, errors) = commit(current, &plan, results, &source);
         let replaced = self.inner.registry.write().set(name.clone(), entry);
         // Released outside the lock: requests still holding these finish first.
@@ -102,7 +105,7 @@ impl Engine {
             Some(config) => repository.resolve_with_config(&source.entry, config.clone(), backends),
             None => repository.resolve(&source.entry, backends),
         }
-        .map_err(|e| e.to_string())
+        .map_err(|e| self.in_origins(&e.to_string()))
     }
 
     /// Unloads every version of `name`: each shows UNAVAILABLE "unloaded";

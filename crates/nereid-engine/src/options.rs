@@ -2,10 +2,12 @@
 //! repository-API load may carry.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nereid_core::model_config::ModelConfig;
 use nereid_device::Devices;
+use nereid_repository::Mirror;
 
 use crate::cache::CacheConfig;
 
@@ -26,6 +28,9 @@ pub enum ControlMode {
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
     pub repositories: Vec<PathBuf>,
+    /// Repositories among `repositories` that are local copies of remote
+    /// ones (cloud repositories): refreshed before each scan that may load.
+    pub mirrors: Vec<Arc<dyn Mirror>>,
     /// Refuse to autofill missing config fields from the model file.
     pub strict_model_config: bool,
     /// Report ready only when every model is ready.

@@ -1,8 +1,9 @@
 //! Poll mode: follows the repository folders. `notify` events say which
 //! model folder changed; a full rescan every poll interval catches what
 //! events miss (network mounts, a Kubernetes volume swapping its `..data`
-//! link). A change is applied once it settled (see [`crate::poll`]), on
-//! this module's own thread, never on the async reactor.
+//! link) and first has cloud repositories copy the models that changed. A
+//! change is applied once it settled (see [`crate::poll`]), on this
+//! module's own thread, never on the async reactor.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -186,6 +187,11 @@ fn model_of(path: &Path, roots: &[PathBuf]) -> Option<String> {
 /// Looks at `names` (every model when `all`) and applies the changes that
 /// settled, several models at once.
 fn pass(engine: &Engine, tracker: &mut ChangeTracker, all: bool, mut names: BTreeSet<String>) {
+    if all {
+        // Failures are logged and shown in the index; copies that changed
+        // are seen by the scan below, like folders edited in place.
+        let _ = engine.refresh_mirrors(nereid_repository::Scope::All);
+    }
     let entries = match engine.inner.repository.scan() {
         Ok(entries) => entries,
         Err(e) => {

@@ -103,6 +103,7 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
     };
     let options = EngineOptions {
         repositories: vec![root.path().to_path_buf()],
+        mirrors: Vec::new(),
         strict_model_config: true,
         strict_readiness: true,
         response_cache: None,

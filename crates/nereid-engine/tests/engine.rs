@@ -23,6 +23,7 @@ fn engine_with(root: &Path, compute_only: bool) -> (Engine, Controls) {
     backend.compute_only = compute_only;
     let options = EngineOptions {
         repositories: vec![root.to_path_buf()],
+        mirrors: Vec::new(),
         strict_model_config: false,
         strict_readiness: true,
         response_cache: None,

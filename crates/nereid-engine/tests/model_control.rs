@@ -24,6 +24,7 @@ fn engine(root: &Path, mode: ControlMode, startup: &[&str]) -> (Engine, Controls
     let (backend, controls) = common::backend();
     let options = EngineOptions {
         repositories: vec![root.to_path_buf()],
+        mirrors: Vec::new(),
         strict_model_config: false,
         strict_readiness: true,
         response_cache: None,

@@ -20,6 +20,7 @@ fn poll_engine(root: &Path) -> Engine {
     let (backend, _) = common::backend();
     let options = EngineOptions {
         repositories: vec![root.to_path_buf()],
+        mirrors: Vec::new(),
         strict_model_config: false,
         strict_readiness: true,
         response_cache: None,

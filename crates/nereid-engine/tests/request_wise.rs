@@ -22,6 +22,7 @@ async fn each_request_of_a_batch_gets_its_own_answer() {
     let (backend, controls) = common::backend();
     let options = EngineOptions {
         repositories: vec![root.path().to_path_buf()],
+        mirrors: Vec::new(),
         strict_model_config: false,
         strict_readiness: true,
         response_cache: None,

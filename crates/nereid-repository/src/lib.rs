@@ -4,7 +4,8 @@
 //! autofill does, fills Triton's defaults, validates it with Triton's rules
 //! and messages, applies the version policy and fingerprints folders for
 //! hot reload. Its output is what the engine loads and what
-//! `/v2/models/<m>/config` shows.
+//! `/v2/models/<m>/config` shows. A root may be a local copy of a remote
+//! repository ([`Mirror`]); the repository itself only reads local folders.
 //!
 //! This crate must not depend on any backend crate (backends come in as
 //! `&[Arc<dyn nereid_core::Backend>]`), on the engine or scheduler, on a
@@ -16,6 +17,7 @@ mod backend_select;
 mod confine;
 mod error;
 mod fingerprint;
+mod mirror;
 mod normalize;
 mod parse;
 mod prepass;
@@ -29,6 +31,7 @@ pub use error::{
     ConfigError, ConfigParseError, IoProblem, ModelError, RepositoryError, TensorKind,
 };
 pub use fingerprint::fingerprint;
+pub use mirror::{CopyFailure, Mirror, MirrorError, Scope, name_origins};
 pub use parse::parse_config_text;
 pub use prepass::insert_list_colons;
 pub use repository::{

@@ -11,10 +11,14 @@ fn main() -> anyhow::Result<()> {
     let logging = nereid_server::logging::install(&args.log_settings())?;
     let mut config = args.into_config()?;
     config.logging = logging;
-    tokio::runtime::Builder::new_multi_thread()
+    let mirrors = config.engine.mirrors.clone();
+    let served = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
-        .block_on(run(config))
+        .block_on(run(config));
+    // The local copies of cloud repositories go with the server.
+    mirrors.iter().for_each(|mirror| mirror.close());
+    served
 }
 
 async fn run(config: nereid_server::ServerConfig) -> anyhow::Result<()> {

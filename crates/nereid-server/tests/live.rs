@@ -28,6 +28,7 @@ async fn start() -> (RunningServer, String) {
     let config = ServerConfig {
         engine: EngineOptions {
             repositories: vec![root],
+            mirrors: Vec::new(),
             strict_model_config: false,
             strict_readiness: true,
             response_cache: None,

@@ -16,6 +16,7 @@ mod cache;
 mod devices;
 mod limits;
 mod openai;
+mod repositories;
 mod restricted;
 mod settings;
 mod tls;
@@ -25,6 +26,7 @@ use cache::response_cache;
 use devices::DeviceFlags;
 use limits::LimitFlags;
 use openai::OpenAiFlags;
+use repositories::{RepositoryArg, open_repositories, parse_repository};
 use restricted::RestrictedFlags;
 use settings::{metrics_options, python_path};
 use tls::TlsFlags;
@@ -34,14 +36,18 @@ use trace::{OldTraceFlags, trace_options};
 #[derive(Debug, Parser)]
 #[command(name = "nereid", version, about)]
 pub struct Args {
-    /// Model repository folder; repeat the flag for several.
+    /// Model repository: a folder, or a cloud repository as tritonserver
+    /// takes them (`s3://bucket/path`, `s3://host:port/bucket/path`,
+    /// `gs://bucket/path`, `as://account/container/path`), copied to a
+    /// local folder before its models load; repeat the flag for several.
     #[arg(
         long = "model-repository",
         alias = "model-store",
         required = true,
-        value_name = "PATH"
+        value_name = "PATH",
+        value_parser = parse_repository
     )]
-    pub model_repository: Vec<PathBuf>,
+    pub model_repository: Vec<RepositoryArg>,
 
     /// Port of the HTTP/REST endpoint.
     #[arg(long, default_value_t = 8000)]
@@ -251,11 +257,7 @@ impl Args {
 
     /// Checks the flags and turns them into a server config.
     pub fn into_config(self) -> anyhow::Result<ServerConfig> {
-        for repo in &self.model_repository {
-            if !repo.is_dir() {
-                anyhow::bail!("--model-repository {} is not a folder", repo.display());
-            }
-        }
+        let (repositories, mirrors) = open_repositories(self.model_repository)?;
         if !self.allow_http && !self.allow_grpc && self.openai.openai_port.is_none() {
             anyhow::bail!("--allow-http and --allow-grpc are both false: nothing would serve");
         }
@@ -267,7 +269,8 @@ impl Args {
         }
         Ok(ServerConfig {
             engine: EngineOptions {
-                repositories: self.model_repository,
+                repositories,
+                mirrors,
                 strict_model_config: self.strict_model_config,
                 strict_readiness: self.strict_readiness,
                 response_cache: response_cache(

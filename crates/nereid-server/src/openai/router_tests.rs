@@ -13,6 +13,7 @@ fn app(key: Option<&str>) -> (axum::Router, tempfile::TempDir) {
     let repository = tempfile::tempdir().unwrap();
     let options = EngineOptions {
         repositories: vec![repository.path().to_path_buf()],
+        mirrors: Vec::new(),
         strict_model_config: false,
         strict_readiness: true,
         response_cache: None,
