@@ -47,6 +47,7 @@ setup-test: setup setup-torch
 	scripts/setup-perf-analyzer.sh
 	scripts/setup-prometheus.sh
 	scripts/setup-redis.sh
+	scripts/setup-cloud-test.sh
 
 setup-torch: setup
 	scripts/setup-libtorch.sh >/dev/null
