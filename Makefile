@@ -90,6 +90,7 @@ bench: setup-test release
 	benches/tls.sh
 	benches/sequence.sh
 	benches/decoupled.sh
+	benches/cache.sh
 	benches/instructions.sh
 
 ## Runs every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz);
