@@ -26,7 +26,7 @@ use cache::response_cache;
 use devices::DeviceFlags;
 use limits::LimitFlags;
 use openai::OpenAiFlags;
-use repositories::{RepositoryArg, open_repositories, parse_repository};
+use repositories::{RepositoryArg, Repositories, open_repositories, parse_repository};
 use restricted::RestrictedFlags;
 use settings::{metrics_options, python_path};
 use tls::TlsFlags;
@@ -257,7 +257,10 @@ impl Args {
 
     /// Checks the flags and turns them into a server config.
     pub fn into_config(self) -> anyhow::Result<ServerConfig> {
-        let (repositories, mirrors) = open_repositories(self.model_repository)?;
+        let Repositories {
+            roots: repositories,
+            mirrors,
+        } = open_repositories(self.model_repository)?;
         if !self.allow_http && !self.allow_grpc && self.openai.openai_port.is_none() {
             anyhow::bail!("--allow-http and --allow-grpc are both false: nothing would serve");
         }

@@ -33,12 +33,17 @@ pub fn parse_repository(text: &str) -> Result<RepositoryArg, String> {
 }
 
 /// The folders the engine scans, in the order given, and the cloud
-/// repositories copied into some of them. Local folders must exist; cloud
-/// repositories get their client and local folder now (nothing is read
-/// from them before the models load).
-pub fn open_repositories(
-    args: Vec<RepositoryArg>,
-) -> anyhow::Result<(Vec<PathBuf>, Vec<Arc<dyn Mirror>>)> {
+/// repositories copied into some of them.
+#[derive(Debug, Default)]
+pub struct Repositories {
+    pub roots: Vec<PathBuf>,
+    pub mirrors: Vec<Arc<dyn Mirror>>,
+}
+
+/// Opens the repositories: local folders must exist; cloud repositories
+/// get their client and local folder now (nothing is read from them
+/// before the models load).
+pub fn open_repositories(args: Vec<RepositoryArg>) -> anyhow::Result<Repositories> {
     let mut roots = Vec::new();
     let mut mirrors: Vec<Arc<dyn Mirror>> = Vec::new();
     for arg in args {
@@ -58,7 +63,7 @@ pub fn open_repositories(
             }
         }
     }
-    Ok((roots, mirrors))
+    Ok(Repositories { roots, mirrors })
 }
 
 #[cfg(test)]
@@ -89,7 +94,8 @@ mod tests {
         let mount = tempfile::tempdir().unwrap();
         let url = CloudUrl::parse("s3://127.0.0.1:1/bucket/models").unwrap();
         let local = RepositoryArg::Local(mount.path().to_path_buf());
-        let (roots, mirrors) = open_repositories(vec![local, RepositoryArg::Cloud(url)]).unwrap();
+        let Repositories { roots, mirrors } =
+            open_repositories(vec![local, RepositoryArg::Cloud(url)]).unwrap();
         assert_eq!(roots.len(), 2);
         assert_eq!(mirrors.len(), 1);
         assert_eq!(roots[1], mirrors[0].root());
