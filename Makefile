@@ -91,6 +91,7 @@ bench: setup-test release
 	benches/sequence.sh
 	benches/decoupled.sh
 	benches/cache.sh
+	benches/cloud_repository.sh
 	benches/instructions.sh
 
 ## Runs every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz);
