@@ -26,7 +26,7 @@ use cache::response_cache;
 use devices::DeviceFlags;
 use limits::LimitFlags;
 use openai::OpenAiFlags;
-use repositories::{RepositoryArg, Repositories, open_repositories, parse_repository};
+use repositories::{Repositories, RepositoryArg, open_repositories, parse_repository};
 use restricted::RestrictedFlags;
 use settings::{metrics_options, python_path};
 use tls::TlsFlags;
