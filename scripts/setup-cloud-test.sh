@@ -15,15 +15,14 @@ cd "$(dirname "$0")/.."
 # 3.35 is the newest Azurite that runs on Debian 12's Node.js 18 (3.36 and
 # later want Node.js 21 or newer).
 AZURITE_VERSION=3.35.0
-SERVERS="moto[server]==5.* gcp-storage-emulator"
+SERVERS=("moto[server]==5.*" gcp-storage-emulator)
 
 servers=.tools/cloud-venv
-stamp=$servers/.stamp-$(echo "$SERVERS" | sha1sum | cut -c1-12)
+stamp=$servers/.stamp-$(echo "${SERVERS[*]}" | sha1sum | cut -c1-12)
 if [ ! -f "$stamp" ]; then
     python3 -m venv "$servers"
     "$servers/bin/pip" install -q --upgrade pip
-    # shellcheck disable=SC2086 # one argument per package
-    "$servers/bin/pip" install -q $SERVERS
+    "$servers/bin/pip" install -q "${SERVERS[@]}"
     touch "$stamp"
 fi
 
