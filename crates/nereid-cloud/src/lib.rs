@@ -13,6 +13,7 @@
 //! other. Its async client runs on a small runtime of its own, so that
 //! callers block on it from plain threads.
 
+mod aws_keys;
 mod aws_profile;
 mod copy;
 mod credentials;

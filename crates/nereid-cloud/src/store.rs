@@ -11,10 +11,8 @@ use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
-use crate::aws_profile::read_profile;
-use crate::credentials::{
-    AzureCredential, Credential, GcsCredential, S3Credential, Vars, aws_files,
-};
+use crate::aws_keys;
+use crate::credentials::{AzureCredential, Credential, GcsCredential, S3Credential, Vars};
 use crate::error::CloudError;
 use crate::url::{CloudUrl, Location};
 
@@ -68,17 +66,16 @@ fn retry() -> RetryConfig {
     }
 }
 
-/// Path-style requests, as Triton makes them. Keys come from the
-/// credential, else from the AWS profile (`AWS_PROFILE` or the
-/// credential's, else `default`), else `object_store`'s chain (web
-/// identity, container and instance credentials).
+/// Path-style requests, as Triton makes them, signed with the keys
+/// [`aws_keys::resolve`] picks; object_store's other `AWS_*` settings
+/// (`AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, ...) come from the environment.
 fn s3_builder(
     endpoint: Option<&str>,
     bucket: &str,
     credential: &S3Credential,
     vars: Vars<'_>,
 ) -> Result<AmazonS3Builder, CloudError> {
-    let mut builder = AmazonS3Builder::from_env()
+    let mut builder = s3_settings()
         .with_bucket_name(bucket)
         .with_client_options(client_options())
         .with_retry(retry());
@@ -87,64 +84,39 @@ fn s3_builder(
             .with_endpoint(endpoint)
             .with_allow_http(endpoint.starts_with("http://"));
     }
-    let (key_id, secret, token, mut region) = if has_keys(credential) {
-        (
-            credential.key_id.clone(),
-            credential.secret_key.clone(),
-            credential.session_token.clone(),
-            credential.region.clone(),
-        )
-    } else {
-        let profile = profile_keys(credential, vars)?;
-        (
-            profile.key_id.unwrap_or_default(),
-            profile.secret_key.unwrap_or_default(),
-            profile.session_token.unwrap_or_default(),
-            profile.region.unwrap_or_default(),
-        )
-    };
-    if region.is_empty() {
-        region = credential.region.clone();
-    }
-    if !key_id.is_empty() && !secret.is_empty() {
+    let keys = aws_keys::resolve(credential, vars)?;
+    if keys.has_keys() {
         builder = builder
-            .with_access_key_id(key_id)
-            .with_secret_access_key(secret);
-        if !token.is_empty() {
-            builder = builder.with_token(token);
+            .with_access_key_id(keys.key_id)
+            .with_secret_access_key(keys.secret_key);
+        if !keys.session_token.is_empty() {
+            builder = builder.with_token(keys.session_token);
         }
     }
-    if !region.is_empty() {
-        builder = builder.with_region(region);
+    if !keys.region.is_empty() {
+        builder = builder.with_region(keys.region);
     }
     Ok(builder)
 }
 
-fn has_keys(credential: &S3Credential) -> bool {
-    !credential.key_id.is_empty() && !credential.secret_key.is_empty()
-}
+/// The variables `aws_keys` reads, left out of [`s3_settings`] so that
+/// keys from elsewhere are never mixed with these.
+const AWS_KEY_VARIABLES: [&str; 5] = [
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+];
 
-/// The profile's keys; a profile named (not `default`) must exist.
-fn profile_keys(
-    credential: &S3Credential,
-    vars: Vars<'_>,
-) -> Result<crate::aws_profile::AwsProfile, CloudError> {
-    let named = !credential.profile.is_empty();
-    let profile = if named {
-        credential.profile.as_str()
-    } else {
-        "default"
-    };
-    let (credentials, config) = aws_files(vars);
-    match read_profile(profile, &credentials, &config)? {
-        Some(found) => Ok(found),
-        None if named => Err(CloudError::NoAwsProfile {
-            profile: profile.to_string(),
-            credentials,
-            config,
-        }),
-        None => Ok(Default::default()),
-    }
+/// `AmazonS3Builder::from_env` without the keys and region.
+fn s3_settings() -> AmazonS3Builder {
+    std::env::vars()
+        .filter(|(name, _)| name.starts_with("AWS_") && !AWS_KEY_VARIABLES.contains(&name.as_str()))
+        .filter_map(|(name, value)| Some((name.to_ascii_lowercase().parse().ok()?, value)))
+        .fold(AmazonS3Builder::new(), |builder, (key, value)| {
+            builder.with_config(key, value)
+        })
 }
 
 /// A key file when one is named, else `object_store`'s defaults; an
@@ -274,20 +246,5 @@ mod tests {
         });
         let err = build_store(&url("gs://b"), &gcs, &none).unwrap_err();
         assert!(err.to_string().contains("gs://b"), "{err}");
-    }
-
-    #[test]
-    fn a_named_profile_must_exist() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = dir.path().to_str().unwrap().to_string();
-        let vars = move |name: &str| (name == "HOME").then(|| home.clone());
-        let s3 = Credential::S3(S3Credential {
-            profile: "ci".into(),
-            ..Default::default()
-        });
-        let err = build_store(&url("s3://b"), &s3, &vars).unwrap_err();
-        assert!(err.to_string().contains("profile 'ci'"), "{err}");
-        let default = Credential::S3(S3Credential::default());
-        build_store(&url("s3://b"), &default, &vars).unwrap();
     }
 }
