@@ -104,7 +104,7 @@ fn number(value: f64) -> String {
     let scientific = format!("{:.*e}", (DIGITS - 1) as usize, value);
     let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
     let exponent: i32 = exponent.parse().unwrap_or(0);
-    if exponent < -4 || exponent >= DIGITS {
+    if !(-4..DIGITS).contains(&exponent) {
         let sign = if exponent < 0 { '-' } else { '+' };
         return format!(
             "{}e{sign}{:02}",
