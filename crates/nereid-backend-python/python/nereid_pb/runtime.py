@@ -234,12 +234,7 @@ class Runtime:
         loop, which lives in a daemon thread for the worker's lifetime (as in
         Triton), so tasks a model leaves behind keep running. This thread
         reads frames meanwhile, so that `async_exec` gets its answers."""
-        if self.loop is None:
-            self.loop = asyncio.new_event_loop()
-            threading.Thread(
-                target=self.loop.run_forever, name="nereid-asyncio", daemon=True
-            ).start()
-        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._event_loop())
         future.add_done_callback(lambda _future: self.inbox.wake())
         self.inbox.wait(future.done, wakeable=True)
         return future.result()
@@ -247,12 +242,7 @@ class Runtime:
     def run_in_background(self, coroutine, failed):
         """Start an `async def execute` of a decoupled model on the event
         loop and return at once; `failed(error)` is called if it raises."""
-        if self.loop is None:
-            self.loop = asyncio.new_event_loop()
-            threading.Thread(
-                target=self.loop.run_forever, name="nereid-asyncio", daemon=True
-            ).start()
-        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._event_loop())
 
         def done(future):
             error = future.exception()
@@ -260,6 +250,16 @@ class Runtime:
                 failed(error)
 
         future.add_done_callback(done)
+
+    def _event_loop(self):
+        """The instance's event loop, started in its daemon thread the first
+        time it is needed."""
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=self.loop.run_forever, name="nereid-asyncio", daemon=True
+            ).start()
+        return self.loop
 
     def stop_loop(self):
         """Stop the event loop (at finalize), if there is one."""
