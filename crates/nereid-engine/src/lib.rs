@@ -366,9 +366,19 @@ impl Engine {
         self.infer_accepted(request).await
     }
 
-    async fn infer_accepted(&self, mut request: InferRequest) -> Result<InferResponse, Error> {
+    async fn infer_accepted(&self, request: InferRequest) -> Result<InferResponse, Error> {
         let _counted = InFlight::enter(&self.inner.in_flight);
         let model = self.model(&request.model_name, request.model_version)?;
+        self.infer_on(&model, request).await
+    }
+
+    /// Runs `request` on the version `model` it resolved to, its shared
+    /// memory inputs and outputs read and written.
+    async fn infer_on(
+        &self,
+        model: &LoadedVersion,
+        mut request: InferRequest,
+    ) -> Result<InferResponse, Error> {
         let plan = self.inner.shared_memory.prepare(&mut request)?;
         let mut response = model.infer(request).await?;
         plan.write(&mut response)?;
@@ -395,8 +405,7 @@ impl Engine {
         let counted = InFlight::enter(&self.inner.in_flight);
         let model = self.model(&request.model_name, request.model_version)?;
         if !model.is_decoupled() {
-            drop(counted);
-            return self.infer_accepted(request).await.map(Answer::One);
+            return self.infer_on(&model, request).await.map(Answer::One);
         }
         let plan = self.inner.shared_memory.prepare(&mut request)?;
         if !plan.is_empty() {
