@@ -34,15 +34,17 @@ impl EngineComposer {
 }
 
 impl Composer for EngineComposer {
-    fn infer(&self, request: InferRequest) -> StepFuture {
+    fn infer(&self, mut request: InferRequest) -> StepFuture {
         let inner = self.inner.upgrade();
         Box::pin(async move {
             let inner = inner.ok_or_else(|| Error::unavailable("the server is shutting down"))?;
-            let model = inner
-                .registry
-                .read()
-                .resolve(&request.model_name, request.model_version)?;
-            model.infer(request).await
+            // A step naming no version is routed by its model's traffic
+            // settings, as a request from a client.
+            let mut route = inner.traffic.route(&inner.registry.read(), &mut request)?;
+            let watch = route.watch(&request);
+            let mut result = route.version.infer(request).await;
+            watch.finish(route.version.version, &mut result);
+            result
         })
     }
 
@@ -52,11 +54,9 @@ impl Composer for EngineComposer {
             .upgrade()
             .ok_or_else(|| Error::unavailable("the server is shutting down"))
             .and_then(|inner| {
-                let model = inner
-                    .registry
-                    .read()
-                    .resolve(&request.model_name, request.model_version)?;
-                model.stream(request)
+                let mut request = request;
+                let route = inner.traffic.route(&inner.registry.read(), &mut request)?;
+                route.version.stream(request)
             });
         let responses = match responses {
             Ok(responses) => responses,
@@ -87,6 +87,10 @@ impl Composer for EngineComposer {
                 .resolve(model, version)
                 .is_ok_and(|m| m.is_decoupled())
         })
+    }
+
+    fn label_version(&self, model: &str, label: &str) -> Option<i64> {
+        self.inner.upgrade()?.traffic.label_version(model, label)
     }
 }
 

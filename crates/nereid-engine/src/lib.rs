@@ -26,12 +26,14 @@ mod options;
 mod plan;
 mod poll;
 mod registry;
+mod routing;
 mod sequence;
 pub mod shared_memory;
 mod source;
 pub mod stats;
 #[cfg(test)]
 mod test_support;
+pub mod traffic;
 mod validate;
 mod warmup;
 mod watcher;
@@ -52,6 +54,7 @@ pub use metadata::{ModelMetadata, TensorMetadata};
 pub use model::LoadedVersion;
 pub use options::{ControlMode, EngineOptions, LoadFailure, LoadRequest, ModelControl};
 pub use registry::{IndexEntry, ModelState};
+pub use routing::TrafficView;
 pub use source::check_load_request;
 pub use validate::{ValidatedRequest, validate};
 
@@ -101,6 +104,8 @@ struct Inner {
     in_flight: Arc<AtomicUsize>,
     /// The families and metrics models create (Triton's custom metrics).
     custom_metrics: Arc<CustomMetrics>,
+    /// Version labels, splits, shadows and fallbacks of the models.
+    traffic: traffic::Traffic,
     /// The runtime the engine was made on, when there was one: repository
     /// loads and unloads run on its blocking pool, whichever runtime the
     /// request came in on (a connection thread's may stop first).
@@ -152,6 +157,7 @@ impl Engine {
                 stopping: AtomicBool::new(false),
                 in_flight: Arc::new(AtomicUsize::new(0)),
                 custom_metrics: Arc::default(),
+                traffic: traffic::Traffic::default(),
             }),
         }
     }
@@ -227,6 +233,16 @@ impl Engine {
         let engine = self.clone();
         let name = name.to_string();
         self.blocking(move || {
+            let traffic = request.traffic.clone();
+            if let Some(update) = &traffic
+                && request.config.is_none()
+                && request.files.is_empty()
+                && engine.model(&name, None).is_ok()
+            {
+                let lock = engine.model_lock(&name);
+                let _serialized = lock.lock();
+                return engine.update_traffic_locked(&name, update).map(drop);
+            }
             let found = engine.find_model(&name)?;
             let source = source::for_request(&name, request, found)?;
             // As Triton: an ensemble's composing models load with it.
@@ -234,6 +250,11 @@ impl Engine {
             engine.inner.links.lock().loaded_explicitly(&name);
             engine.sync_model(source, true)?;
             engine.reload_forced_dependents(&name);
+            if let Some(update) = &traffic {
+                let lock = engine.model_lock(&name);
+                let _serialized = lock.lock();
+                engine.update_traffic_locked(&name, update)?;
+            }
             Ok(())
         })
         .await
@@ -346,7 +367,11 @@ impl Engine {
             .filter(|(n, l)| *n == name && l.failure().is_none())
             .map(|(_, l)| l.version)
             .collect();
-        Ok(ModelMetadata::new(&loaded.config, &ready))
+        let mut metadata = ModelMetadata::new(&loaded.config, &ready);
+        if let Some(traffic) = self.inner.traffic.state(name) {
+            metadata.labels = traffic.spec.labels.clone();
+        }
+        Ok(metadata)
     }
 
     /// Runs one inference on the model and version the request names.
@@ -366,21 +391,32 @@ impl Engine {
         self.infer_accepted(request).await
     }
 
-    async fn infer_accepted(&self, request: InferRequest) -> Result<InferResponse, Error> {
+    async fn infer_accepted(&self, mut request: InferRequest) -> Result<InferResponse, Error> {
         let _counted = InFlight::enter(&self.inner.in_flight);
-        let model = self.model(&request.model_name, request.model_version)?;
-        self.infer_on(&model, request).await
+        let route = self.route(&mut request)?;
+        self.infer_on(route, request).await
     }
 
-    /// Runs `request` on the version `model` it resolved to, its shared
-    /// memory inputs and outputs read and written.
+    /// Where `request` goes: the version it names, or the one its model's
+    /// traffic settings choose (see [`traffic`]).
+    fn route(&self, request: &mut InferRequest) -> Result<traffic::Route, Error> {
+        self.inner
+            .traffic
+            .route(&self.inner.registry.read(), request)
+    }
+
+    /// Runs `request` on the version `route` chose, its shared memory
+    /// inputs and outputs read and written.
     async fn infer_on(
         &self,
-        model: &LoadedVersion,
+        mut route: traffic::Route,
         mut request: InferRequest,
     ) -> Result<InferResponse, Error> {
         let plan = self.inner.shared_memory.prepare(&mut request)?;
-        let mut response = model.infer(request).await?;
+        let watch = route.watch(&request);
+        let mut result = route.version.infer(request).await;
+        watch.finish(route.version.version, &mut result);
+        let mut response = result?;
         plan.write(&mut response)?;
         Ok(response)
     }
@@ -403,10 +439,11 @@ impl Engine {
 
     async fn infer_any_accepted(&self, mut request: InferRequest) -> Result<Answer, Error> {
         let counted = InFlight::enter(&self.inner.in_flight);
-        let model = self.model(&request.model_name, request.model_version)?;
-        if !model.is_decoupled() {
-            return self.infer_on(&model, request).await.map(Answer::One);
+        let route = self.route(&mut request)?;
+        if !route.version.is_decoupled() {
+            return self.infer_on(route, request).await.map(Answer::One);
         }
+        let model = route.version;
         let plan = self.inner.shared_memory.prepare(&mut request)?;
         if !plan.is_empty() {
             return Err(Error::invalid_argument(format!(
@@ -509,9 +546,23 @@ impl Engine {
                     version: None,
                     state: None,
                     reason: String::new(),
+                    labels: Vec::new(),
                 }),
         );
         drop(registry);
+        for row in &mut rows {
+            if let (Some(version), Some(traffic)) =
+                (row.version, self.inner.traffic.state(&row.name))
+            {
+                row.labels = traffic
+                    .spec
+                    .labels
+                    .iter()
+                    .filter(|(_, v)| **v == version)
+                    .map(|(l, _)| l.clone())
+                    .collect();
+            }
+        }
         rows.sort_by(|a, b| a.name.cmp(&b.name));
         rows
     }

@@ -35,10 +35,18 @@ impl Engine {
 
     fn sync_locked(&self, source: Source, force: bool) -> Result<(), Error> {
         let name = source.name().to_string();
+        // Traffic settings whose file changed since they were applied; the
+        // versions their labels name load with the model.
+        let traffic = self.changed_traffic_file(&name, &source.entry.path);
+        let mut pinned = self.inner.traffic.pinned(&name);
+        if let Some((Ok(spec), _)) = &traffic {
+            pinned.extend(spec.labels.values().copied());
+        }
         let resolved = self.resolve_source(&source).and_then(|mut resolved| {
             if resolved.backend.is_none() {
                 self.check_ensemble(&mut resolved.config)?;
             }
+            resolved.pin_versions(&source.entry.path, &pinned);
             Ok(resolved)
         });
         let resolved = match resolved {
@@ -82,6 +90,9 @@ impl Engine {
         let replaced = self.inner.registry.write().set(name.clone(), entry);
         // Released outside the lock: requests still holding these finish first.
         drop(replaced);
+        if let Some((spec, stamp)) = traffic {
+            self.apply_traffic_file(&name, spec, stamp);
+        }
         self.inner.janitor.retire(retired);
         for v in &plan.retire {
             tracing::info!(model = %name, version = v, "version unloaded");
@@ -114,6 +125,7 @@ impl Engine {
         let lock = self.model_lock(name);
         let _serialized = lock.lock();
         let dropped = self.inner.registry.write().unload(name);
+        self.inner.traffic.remove(name);
         if !dropped.is_empty() {
             tracing::info!(model = %name, "model unloaded");
         }
@@ -124,6 +136,7 @@ impl Engine {
     pub(crate) fn remove_model(&self, name: &str) {
         let lock = self.model_lock(name);
         let _serialized = lock.lock();
+        self.inner.traffic.remove(name);
         let Some(removed) = self.inner.registry.write().remove(name) else {
             return;
         };
@@ -229,7 +242,7 @@ impl Engine {
             .collect()
     }
 
-    fn model_lock(&self, name: &str) -> Arc<parking_lot::Mutex<()>> {
+    pub(crate) fn model_lock(&self, name: &str) -> Arc<parking_lot::Mutex<()>> {
         Arc::clone(self.inner.locks.lock().entry(name.to_string()).or_default())
     }
 }

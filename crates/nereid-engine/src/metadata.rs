@@ -1,5 +1,7 @@
 //! Model metadata (KServe v2 `ModelMetadataResponse`) derived from a config.
 
+use std::collections::BTreeMap;
+
 use nereid_core::DataType;
 use nereid_core::model_config::{DataType as ConfigDataType, ModelConfig};
 
@@ -20,6 +22,8 @@ pub struct ModelMetadata {
     pub platform: String,
     pub inputs: Vec<TensorMetadata>,
     pub outputs: Vec<TensorMetadata>,
+    /// Nereid's version labels: label → version.
+    pub labels: BTreeMap<String, i64>,
 }
 
 impl ModelMetadata {
@@ -50,6 +54,7 @@ impl ModelMetadata {
                 .iter()
                 .map(|o| tensor(&o.name, o.data_type(), &o.dims))
                 .collect(),
+            labels: BTreeMap::new(),
         }
     }
 

@@ -76,6 +76,10 @@ pub struct LoadRequest {
     /// (Triton's `file:<path>` parameters). When given, the model is loaded
     /// from these files alone, and `config` is required.
     pub files: Vec<(String, Vec<u8>)>,
+    /// Traffic settings to merge in after the load (Nereid's `traffic`
+    /// parameter, JSON). With neither config nor files, a model that is
+    /// loaded is not reloaded: only its settings change.
+    pub traffic: Option<String>,
 }
 
 /// A model that failed to load at startup.

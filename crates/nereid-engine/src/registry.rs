@@ -136,6 +136,8 @@ pub struct IndexEntry {
     /// (explicit model control), as Triton lists it: name only.
     pub state: Option<ModelState>,
     pub reason: String,
+    /// The version labels that name this version (Nereid's).
+    pub labels: Vec<String>,
 }
 
 /// Every model by name.
@@ -287,6 +289,7 @@ impl Registry {
                     version: None,
                     state: Some(ModelState::Unavailable),
                     reason: reason.clone(),
+                    labels: Vec::new(),
                 });
             }
             for (&version, v) in &model.versions {
@@ -300,6 +303,7 @@ impl Registry {
                     version: Some(version),
                     state: Some(state),
                     reason,
+                    labels: Vec::new(),
                 });
             }
         }

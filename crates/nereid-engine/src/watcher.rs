@@ -36,7 +36,7 @@ pub fn fingerprint_entry(entry: &ModelEntry) -> std::io::Result<u64> {
     let mut hasher = DefaultHasher::new();
     for path in std::iter::once(&entry.path).chain(&entry.duplicates) {
         path.hash(&mut hasher);
-        nereid_repository::fingerprint(path)?.hash(&mut hasher);
+        nereid_repository::model_fingerprint(path)?.hash(&mut hasher);
     }
     Ok(hasher.finish())
 }
@@ -215,8 +215,12 @@ fn pass(engine: &Engine, tracker: &mut ChangeTracker, all: bool, mut names: BTre
                 continue;
             }
         };
-        if tracker.look(&name, fingerprint, Instant::now()) == Look::Settled {
-            settled.push((name, entry.cloned(), fingerprint));
+        match (tracker.look(&name, fingerprint, Instant::now()), entry) {
+            (Look::Settled, _) => settled.push((name, entry.cloned(), fingerprint)),
+            // The traffic file is not part of the fingerprint: a change to
+            // it alone moves labels and weights, reloading nothing.
+            (Look::Unchanged, Some(entry)) => engine.refresh_traffic(&name, &entry.path),
+            _ => {}
         }
     }
     let mut changed = Vec::new();

@@ -283,6 +283,7 @@ async fn config_overrides_and_file_contents() {
     let request = LoadRequest {
         config: Some(all_versions),
         files: Vec::new(),
+        traffic: None,
     };
     engine.load_model("m", request).await.unwrap();
     assert_eq!(state(&engine, "m", 1), Some(ModelState::Ready));
@@ -295,6 +296,7 @@ async fn config_overrides_and_file_contents() {
             LoadRequest {
                 config: Some(wrong_name),
                 files: Vec::new(),
+                traffic: None,
             },
         )
         .await
@@ -304,6 +306,7 @@ async fn config_overrides_and_file_contents() {
     let request = LoadRequest {
         config: Some(parse(CONFIG)),
         files: vec![("3/model.fake".into(), b"offset 30".to_vec())],
+        traffic: None,
     };
     engine.load_model("fresh", request).await.unwrap();
     assert_eq!(answer(&engine, "fresh").await, 31);

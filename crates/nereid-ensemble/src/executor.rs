@@ -38,7 +38,18 @@ pub trait Composer: Send + Sync {
 
     /// Whether the model a step names is decoupled.
     fn is_decoupled(&self, model: &str, version: Option<i64>) -> bool;
+
+    /// The version `label` of `model` names now; `None` for a label it
+    /// does not have (or a composer without labels).
+    fn label_version(&self, model: &str, label: &str) -> Option<i64> {
+        let _ = (model, label);
+        None
+    }
 }
+
+/// The prefix of an ensemble parameter that names a step's version by a
+/// label: `version_label:<model>` → `<label>` (Triton ignores it).
+pub const STEP_LABEL_PREFIX: &str = "version_label:";
 
 /// Where [`Pipeline::run_stream`] sends the ensemble's responses, each
 /// marked when it is known to be the last.
@@ -50,6 +61,9 @@ pub type Emit<'a> = dyn FnMut(Result<InferResponse, Error>, bool) + Send + 'a;
 struct PlannedStep {
     model: String,
     version: Option<i64>,
+    /// A version label to resolve when the step runs (from the ensemble's
+    /// `version_label:<model>` parameter).
+    label: Option<String>,
     /// (model input name, ensemble tensor)
     inputs: Vec<(String, usize)>,
     /// (model output name, ensemble tensor)
@@ -89,9 +103,15 @@ impl Pipeline {
                     .map(|(model_tensor, tensor)| (model_tensor.to_string(), id(tensor)))
                     .collect()
             };
+            let label = config
+                .parameters
+                .get(&format!("{STEP_LABEL_PREFIX}{}", step.model_name))
+                .map(|p| p.string_value.clone())
+                .filter(|l| !l.is_empty());
             steps.push(PlannedStep {
                 model: step.model_name.clone(),
                 version: (step.model_version >= 0).then_some(step.model_version),
+                label,
                 inputs: map(crate::validate::sorted(&step.input_map), &mut id),
                 outputs: map(crate::validate::sorted(&step.output_map), &mut id),
             });
@@ -131,7 +151,10 @@ impl Pipeline {
                     continue;
                 }
                 started[i] = true;
-                let answer = composer.infer(self.step_request(step, &request, &values));
+                let step_request = self
+                    .step_request(step, &request, &values, composer)
+                    .map_err(|e| self.step_failed(step, &e))?;
+                let answer = composer.infer(step_request);
                 running.push(async move { (i, answer.await) });
             }
             let Some((i, answer)) = running.next().await else {
@@ -202,7 +225,9 @@ impl Pipeline {
                         continue;
                     }
                     started[i] = true;
-                    let step_request = self.step_request(step, request, &values);
+                    let step_request = self
+                        .step_request(step, request, &values, composer)
+                        .map_err(|e| self.step_failed(step, &e))?;
                     if composer.is_decoupled(&step.model, step.version) {
                         streaming.push((i, composer.infer_stream(step_request)));
                     } else {
@@ -264,7 +289,17 @@ impl Pipeline {
         step: &PlannedStep,
         request: &InferRequest,
         values: &[Option<Tensor>],
-    ) -> InferRequest {
+        composer: &dyn Composer,
+    ) -> Result<InferRequest, Error> {
+        let version = match &step.label {
+            Some(label) => Some(composer.label_version(&step.model, label).ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "model '{}' has no version label '{label}'",
+                    step.model
+                ))
+            })?),
+            None => step.version,
+        };
         let inputs = step
             .inputs
             .iter()
@@ -287,16 +322,16 @@ impl Pipeline {
                 parameters: Parameters::new(),
             })
             .collect();
-        InferRequest {
+        Ok(InferRequest {
             model_name: step.model.clone(),
-            model_version: step.version,
+            model_version: version,
             id: request.id.clone(),
             inputs,
             outputs,
             parameters: request.parameters.clone(),
             // Each step is traced as a child of the ensemble's request.
             trace: request.trace.as_ref().map(Trace::child),
-        }
+        })
     }
 
     fn store(

@@ -15,13 +15,30 @@ const MAX_DEPTH: usize = 32;
 /// give equal values within one process; any added, removed, resized or
 /// touched file changes it. File contents are not read.
 pub fn fingerprint(path: &Path) -> io::Result<u64> {
+    folder_fingerprint(path, false)
+}
+
+/// [`fingerprint`] of a model folder, leaving out its traffic file
+/// (`traffic.json`): that file moves labels and weights, it is not the
+/// model, and changing it reloads nothing.
+pub fn model_fingerprint(path: &Path) -> io::Result<u64> {
+    folder_fingerprint(path, true)
+}
+
+fn folder_fingerprint(path: &Path, skip_traffic: bool) -> io::Result<u64> {
     let mut hasher = DefaultHasher::new();
     hash_entry(&mut hasher, Path::new(""), &std::fs::metadata(path)?);
-    walk(&mut hasher, path, Path::new(""), 0)?;
+    walk(&mut hasher, path, Path::new(""), 0, skip_traffic)?;
     Ok(hasher.finish())
 }
 
-fn walk(hasher: &mut DefaultHasher, dir: &Path, rel: &Path, depth: usize) -> io::Result<()> {
+fn walk(
+    hasher: &mut DefaultHasher,
+    dir: &Path,
+    rel: &Path,
+    depth: usize,
+    skip_traffic: bool,
+) -> io::Result<()> {
     if depth >= MAX_DEPTH {
         return Ok(());
     }
@@ -30,6 +47,9 @@ fn walk(hasher: &mut DefaultHasher, dir: &Path, rel: &Path, depth: usize) -> io:
         .collect::<io::Result<_>>()?;
     names.sort();
     for name in names {
+        if skip_traffic && depth == 0 && name == crate::traffic::TRAFFIC_FILE {
+            continue;
+        }
         let path = dir.join(&name);
         let rel = rel.join(&name);
         let metadata = match std::fs::metadata(&path) {
@@ -47,7 +67,7 @@ fn walk(hasher: &mut DefaultHasher, dir: &Path, rel: &Path, depth: usize) -> io:
             target.hash(hasher);
         }
         if metadata.is_dir() {
-            walk(hasher, &path, &rel, depth + 1)?;
+            walk(hasher, &path, &rel, depth + 1, skip_traffic)?;
         }
     }
     Ok(())

@@ -22,6 +22,7 @@ mod normalize;
 mod parse;
 mod prepass;
 mod repository;
+pub mod traffic;
 mod validate;
 mod versions;
 
@@ -30,7 +31,7 @@ pub use confine::inside;
 pub use error::{
     ConfigError, ConfigParseError, IoProblem, ModelError, RepositoryError, TensorKind,
 };
-pub use fingerprint::fingerprint;
+pub use fingerprint::{fingerprint, model_fingerprint};
 pub use mirror::{CopyFailure, Mirror, MirrorError, Scope, name_origins};
 pub use parse::parse_config_text;
 pub use prepass::insert_list_colons;

@@ -303,6 +303,29 @@ impl Repository {
     }
 }
 
+impl ResolvedModel {
+    /// Adds the versions of `pinned` that the version policy left out but
+    /// whose folder and model file are in `model_dir`: versions a label
+    /// names stay loaded while it names them. Versions stay ascending.
+    pub fn pin_versions(&mut self, model_dir: &Path, pinned: &BTreeSet<i64>) {
+        for &version in pinned {
+            if self.versions.iter().any(|v| v.version == version) {
+                continue;
+            }
+            let Ok(model_path) = model_path(model_dir, version, &self.config) else {
+                continue;
+            };
+            if model_dir.join(version.to_string()).is_dir() && model_path.exists() {
+                self.versions.push(ResolvedVersion {
+                    version,
+                    model_path,
+                });
+            }
+        }
+        self.versions.sort_by_key(|v| v.version);
+    }
+}
+
 /// Fills Triton's defaults into `config` and validates it, as a load does
 /// after autofill: what a strict repository (`--strict-model-config`)
 /// checks of a config that names its backend. No file is read, so fuzz

@@ -22,6 +22,7 @@ mod metrics;
 pub mod model_control;
 mod openai;
 pub mod restricted;
+mod route_log;
 mod server;
 mod tls;
 pub mod trace;

@@ -1,6 +1,7 @@
 //! The repository API's load and unload parameters, from either frontend:
 //! `config` (a model config as JSON), `file:<version>/<path>` (file
-//! contents; base64 over HTTP, bytes over gRPC) and `unload_dependents`.
+//! contents; base64 over HTTP, bytes over gRPC), Nereid's `traffic`
+//! (traffic settings as JSON, see docs/traffic.md) and `unload_dependents`.
 //! Public so that fuzz and property tests can feed them any parameters.
 
 use base64::Engine as _;
@@ -21,6 +22,8 @@ pub enum Param {
 }
 
 const FILE_PREFIX: &str = "file:";
+/// Nereid's load parameter that sets traffic settings (labels, split...).
+const TRAFFIC: &str = "traffic";
 
 /// Builds the engine's load request from a load's parameters.
 pub fn load_request(model: &str, params: Vec<(String, Param)>) -> Result<LoadRequest, Error> {
@@ -48,11 +51,21 @@ pub fn load_request(model: &str, params: Vec<(String, Param)>) -> Result<LoadReq
                 ));
             };
             request.files.push((path.to_string(), contents));
+        } else if key == TRAFFIC {
+            // A string holding JSON from either frontend; over HTTP the
+            // object itself too.
+            let (Param::Text(text) | Param::Other(text)) = value else {
+                return Err(bad(
+                    model,
+                    "the 'traffic' parameter must hold the traffic settings as JSON",
+                ));
+            };
+            request.traffic = Some(text);
         } else {
             return Err(bad(
                 model,
                 &format!(
-                    "unexpected parameter '{key}'; a load takes 'config' and 'file:<version>/<path>'"
+                    "unexpected parameter '{key}'; a load takes 'config', 'file:<version>/<path>' and 'traffic'"
                 ),
             ));
         }

@@ -91,6 +91,8 @@ impl ApiGroup {
                     ["infer" | "generate" | "generate_stream"] => Some(ApiGroup::Inference),
                     ["stats"] => Some(ApiGroup::Statistics),
                     ["trace", "setting"] => Some(ApiGroup::Trace),
+                    // Nereid's traffic endpoint moves labels: as a load does.
+                    ["traffic"] | ["traffic", "rollback"] => Some(ApiGroup::ModelRepository),
                     _ => None,
                 }
             }

@@ -52,6 +52,8 @@ pub struct ServerConfig {
     pub tls: EndpointTls,
     /// The OpenAI-compatible endpoint; `None` turns it off.
     pub openai: Option<OpenAiEndpoint>,
+    /// Where routed requests and shadow comparisons are logged.
+    pub route_log: Option<PathBuf>,
 }
 
 /// The restricted API groups of each endpoint.
@@ -111,6 +113,9 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         config.model_control.clone(),
         all_backends,
     );
+    if let Some(path) = &config.route_log {
+        engine.set_route_observer(Arc::new(crate::route_log::RouteLog::open(path)?));
+    }
     if let Some(python) = python {
         python.set_service(Arc::new(EngineService {
             engine: engine.clone(),

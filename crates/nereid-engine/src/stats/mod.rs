@@ -195,6 +195,11 @@ impl ModelStats {
         PendingMark(Arc::clone(self))
     }
 
+    /// How many requests were counted queued, and for how long in all.
+    pub fn queue_time(&self) -> DurationSnapshot {
+        self.queue.snapshot()
+    }
+
     /// Requests accepted and not yet executing.
     pub fn pending(&self) -> u64 {
         self.pending.load(Ordering::Relaxed)

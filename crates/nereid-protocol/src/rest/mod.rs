@@ -14,6 +14,7 @@ pub use infer_request::{
     DecodedRequest, OutputEncoding, decode_infer_request, inference_header_length,
 };
 pub use infer_response::{EncodedResponse, encode_infer_response};
+pub use json_data::JsonData;
 pub use nereid_core::config_json::{model_config_from_json, model_config_json};
 pub use raw_request::decode_raw_infer_request;
 

@@ -163,6 +163,12 @@ pub struct Args {
     #[arg(long, default_value_t = 30)]
     pub exit_timeout_secs: u64,
 
+    /// Append one JSON line per request to a model with traffic settings
+    /// (version, label, how it was routed, latency; sampled tensors) and
+    /// per shadow comparison to this file (Nereid; docs/traffic.md).
+    #[arg(long, value_name = "PATH")]
+    pub route_log: Option<PathBuf>,
+
     /// Path of the ONNX Runtime shared library (libonnxruntime.so).
     #[arg(long, env = "ORT_DYLIB_PATH", value_name = "PATH")]
     pub onnxruntime_library: Option<PathBuf>,
@@ -313,6 +319,7 @@ impl Args {
             restricted: self.restricted.restricted_apis()?,
             tls: self.tls.tls(self.allow_http, self.allow_grpc)?,
             openai: self.openai.endpoint(self.http_address)?,
+            route_log: self.route_log,
         })
     }
 }

@@ -217,18 +217,21 @@ mod tests {
                 version: None,
                 state: Some(ModelState::Unavailable),
                 reason: "bad config".into(),
+                labels: Vec::new(),
             },
             IndexEntry {
                 name: "not_loaded".into(),
                 version: None,
                 state: None,
                 reason: String::new(),
+                labels: Vec::new(),
             },
             IndexEntry {
                 name: "simple".into(),
                 version: Some(1),
                 state: Some(ModelState::Ready),
                 reason: String::new(),
+                labels: Vec::new(),
             },
         ];
         let all = repository_index(entries.clone(), false);

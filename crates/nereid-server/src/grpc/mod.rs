@@ -5,6 +5,7 @@
 
 mod convert;
 mod health;
+mod labels;
 mod logging;
 mod service;
 mod shared_memory;

@@ -7,14 +7,13 @@ use std::pin::Pin;
 use futures::Stream;
 use nereid_core::{Activity, Error};
 use nereid_engine::{Engine, VersionStatistics};
-use nereid_protocol::grpc as wire;
 use nereid_protocol::inference::grpc_inference_service_server::GrpcInferenceService;
 use nereid_protocol::inference::*;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::trace::{Arrived, SendTraced, traceparent};
-use super::{convert, shared_memory, stream};
+use super::{convert, labels, shared_memory, stream};
 use crate::error::grpc_status;
 use crate::logging::LogControl;
 use crate::trace::Tracer;
@@ -71,8 +70,10 @@ impl GrpcInferenceService for InferenceService {
     async fn model_ready(&self, request: Request<ModelReadyRequest>) -> Rpc<ModelReadyResponse> {
         let r = request.into_inner();
         answer(
-            wire::parse_model_version(&r.version).map(|version| ModelReadyResponse {
-                ready: self.engine.model_ready(&r.name, version),
+            labels::model_version(&self.engine, &r.name, &r.version).map(|version| {
+                ModelReadyResponse {
+                    ready: self.engine.model_ready(&r.name, version),
+                }
             }),
         )
     }
@@ -97,7 +98,7 @@ impl GrpcInferenceService for InferenceService {
     ) -> Rpc<ModelMetadataResponse> {
         let r = request.into_inner();
         answer(
-            wire::parse_model_version(&r.version)
+            labels::model_version(&self.engine, &r.name, &r.version)
                 .and_then(|version| {
                     let metadata = self.engine.model_metadata(&r.name, version)?;
                     Ok(metadata.for_version(version))
@@ -109,7 +110,13 @@ impl GrpcInferenceService for InferenceService {
     /// Unary inference. If the client cancels or its deadline passes, tonic
     /// drops this future and with it the engine's, which abandons the
     /// request: nothing here is spawned detached.
-    async fn model_infer(&self, request: Request<ModelInferRequest>) -> Rpc<ModelInferResponse> {
+    async fn model_infer(
+        &self,
+        mut request: Request<ModelInferRequest>,
+    ) -> Rpc<ModelInferResponse> {
+        if let Some(key) = labels::routing_key(request.metadata()) {
+            labels::set_routing_key(request.get_mut(), key);
+        }
         let model = &request.get_ref().model_name;
         let Some(trace) = self.tracer.sample(model, traceparent(request.metadata())) else {
             return answer(stream::infer(&self.engine, request.into_inner(), None).await);
@@ -144,7 +151,7 @@ impl GrpcInferenceService for InferenceService {
     async fn model_config(&self, request: Request<ModelConfigRequest>) -> Rpc<ModelConfigResponse> {
         let r = request.into_inner();
         answer(
-            wire::parse_model_version(&r.version)
+            labels::model_version(&self.engine, &r.name, &r.version)
                 .and_then(|version| self.engine.model_config(&r.name, version))
                 .map(|config| ModelConfigResponse {
                     config: Some(config.as_ref().clone()),
@@ -290,7 +297,7 @@ fn repository_name_unsupported() -> Error {
 /// means every model (and ignores the version); the engine words unknown
 /// models and versions as Triton does.
 fn statistics(engine: &Engine, name: &str, version: &str) -> Result<Vec<VersionStatistics>, Error> {
-    let version = wire::parse_model_version(version)?;
+    let version = labels::model_version(engine, name, version)?;
     if name.is_empty() {
         return engine.statistics(None, None);
     }

@@ -36,6 +36,8 @@ pub async fn infer(
 ) -> Result<ModelInferResponse, Error> {
     let span = tracing::debug_span!("grpc_infer", model = %request.model_name, id = %request.id);
     async {
+        let mut request = request;
+        super::labels::resolve_label(engine, &mut request);
         let mut request = wire::decode_infer_request(request)?;
         request.trace = trace.clone();
         let (model, version) = (request.model_name.clone(), request.model_version);
@@ -93,6 +95,8 @@ fn request_answers(
         }
         (answer, trace.clone())
     };
+    let mut request = request;
+    super::labels::resolve_label(&engine, &mut request);
     Box::pin(async_stream::stream! {
         let decoded = wire::decode_infer_request(request).map(|mut r| {
             r.trace = trace.clone();

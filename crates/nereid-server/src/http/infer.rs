@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use nereid_core::model_config::ModelConfig;
 use nereid_core::{Activity, Error, Trace};
 use nereid_engine::Engine;
+use nereid_engine::traffic::{ROUTING_HEADER, set_routing_key};
 use nereid_protocol::rest::{
     DecodedRequest, EncodedResponse, HEADER_CONTENT_LENGTH, decode_infer_request,
     decode_raw_infer_request, encode_infer_response, inference_header_length,
@@ -21,10 +22,16 @@ use super::{ApiError, ModelPath};
 use crate::trace::{TracedBody, Tracer};
 
 /// What the infer route needs.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct InferState {
     pub engine: Engine,
     pub tracer: Tracer,
+}
+
+impl axum::extract::FromRef<InferState> for Engine {
+    fn from_ref(state: &InferState) -> Engine {
+        state.engine.clone()
+    }
 }
 
 pub async fn infer(
@@ -49,6 +56,11 @@ pub async fn infer(
         trace.record(Activity::HttpRecvStart);
     }
     let encoding = response_encoding(request.headers());
+    let routing_key = request
+        .headers()
+        .get(ROUTING_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let mut decoded = match read(&path, &config, request).await {
         Ok(decoded) => decoded,
         Err(refusal) => return Ok(refusal),
@@ -57,6 +69,9 @@ pub async fn infer(
         trace.record(Activity::HttpRecvEnd);
     }
     decoded.request.trace = trace.clone();
+    if let Some(key) = routing_key {
+        set_routing_key(&mut decoded.request, &key);
+    }
     // Dropping this future (the client went away) abandons the request.
     let response = state.engine.infer(decoded.request).await?;
     if let Some(trace) = &trace {

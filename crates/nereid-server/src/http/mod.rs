@@ -16,15 +16,18 @@ mod server;
 mod shared_memory;
 mod threads;
 mod trace;
+mod traffic;
 
 use anyhow::Context;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::extract::FromRef;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use nereid_core::Error;
 use nereid_engine::Engine;
+use nereid_repository::traffic::is_label;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 use tower_http::timeout::TimeoutBody;
@@ -67,6 +70,14 @@ pub fn router(
         .route("/v2/health/live", get(server::live))
         .route("/v2/health/ready", get(server::ready))
         .route("/v2/models/stats", get(model::all_stats))
+        .route(
+            "/v2/models/{model}/traffic",
+            get(traffic::current).post(traffic::update),
+        )
+        .route(
+            "/v2/models/{model}/traffic/rollback",
+            post(traffic::rollback),
+        )
         .route("/v2/repository/index", post(repository::index))
         .route("/v2/repository/models/{model}/load", post(repository::load))
         .route(
@@ -200,10 +211,15 @@ async fn method_not_allowed() -> Response {
 #[derive(Debug)]
 pub struct ModelPath {
     pub model: String,
+    /// The version the path names: its number, or the version its label
+    /// (`/versions/stable`) names at the time of the request.
     pub version: Option<i64>,
 }
 
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ModelPath {
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ModelPath
+where
+    Engine: axum::extract::FromRef<S>,
+{
     type Rejection = Response;
 
     async fn from_request_parts(
@@ -218,16 +234,26 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ModelPath {
             model: String::new(),
             version: None,
         };
+        let mut label = None;
         for (key, value) in params {
             match key.as_str() {
                 "model" => path.model = value,
-                // Triton's routes only match positive integer versions.
+                // Triton's routes only match positive integer versions;
+                // Nereid's version labels go there too.
                 "version" => match value.parse::<i64>() {
                     Ok(v) if v > 0 => path.version = Some(v),
+                    _ if is_label(&value) => label = Some(value),
                     _ => return Err(not_found_response()),
                 },
                 _ => {}
             }
+        }
+        if let Some(label) = label {
+            let engine = Engine::from_ref(state);
+            let version = engine
+                .label_version(&path.model, &label)
+                .map_err(|e| ApiError(e).into_response())?;
+            path.version = Some(version);
         }
         Ok(path)
     }

@@ -1,5 +1,7 @@
 //! Per-model routes: metadata, readiness, config, statistics.
 
+use std::collections::BTreeMap;
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -20,6 +22,11 @@ pub async fn metadata(State(engine): State<Engine>, path: ModelPath) -> Result<R
         platform: &m.platform,
         inputs: m.inputs.iter().map(TensorJson::from).collect(),
         outputs: m.outputs.iter().map(TensorJson::from).collect(),
+        labels: m
+            .labels
+            .iter()
+            .map(|(label, version)| (label.as_str(), version.to_string()))
+            .collect(),
     })
     .into_response())
 }
@@ -32,6 +39,9 @@ struct MetadataJson<'a> {
     platform: &'a str,
     inputs: Vec<TensorJson<'a>>,
     outputs: Vec<TensorJson<'a>>,
+    /// Nereid's version labels, label → version (none: left out).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    labels: BTreeMap<&'a str, String>,
 }
 
 #[derive(Serialize)]

@@ -32,6 +32,9 @@ struct IndexRow {
     state: Option<&'static str>,
     #[serde(skip_serializing_if = "String::is_empty")]
     reason: String,
+    /// Nereid's version labels naming this version.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    labels: Vec<String>,
 }
 
 /// A load or unload body: `{"parameters": {...}}`, all optional.
@@ -53,6 +56,7 @@ pub async fn index(State(engine): State<Engine>, body: Bytes) -> Result<Response
             version: row.version.map(|v| v.to_string()),
             state: row.state.map(ModelState::as_str),
             reason: row.reason,
+            labels: row.labels,
         })
         .collect();
     Ok(Json(rows).into_response())

@@ -12,6 +12,7 @@ mod families;
 mod gpu;
 mod histograms;
 mod summaries;
+mod traffic;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -164,6 +165,13 @@ impl Metrics {
             append(&mut text, &summaries.render());
         }
         append(&mut text, &histograms::render(&stats));
+        append(
+            &mut text,
+            &traffic::render(
+                &self.engine.traffic_metrics(),
+                self.engine.route_log_dropped(),
+            ),
+        );
         append(
             &mut text,
             &custom::render(&self.engine.custom_metrics().snapshot()),
