@@ -53,6 +53,23 @@ class TritonPythonModel:
 """
 
 
+# An ensemble whose one step names `ab`'s version by a label.
+ENSEMBLE = """
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+        { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+parameters { key: "version_label:ab" value: { string_value: "canary" } }
+ensemble_scheduling { step [ {
+  model_name: "ab" model_version: -1
+  input_map { key: "INPUT0" value: "INPUT0" }
+  input_map { key: "INPUT1" value: "INPUT1" }
+  output_map { key: "OUTPUT0" value: "OUTPUT0" }
+} ] }
+"""
+
+
 def python_model(root: Path, name: str, versions: dict[int, tuple[int, str]], traffic: dict):
     """A Python model whose version v adds versions[v][0] after running
     versions[v][1] (a statement: a sleep, a raise)."""
@@ -81,6 +98,8 @@ def traffic_server(tmp_path_factory):
     }))
     (repo / "flip" / "traffic.json").write_text(json.dumps({
         "labels": {"stable": 1}, "split": {"stable": 1}}))
+    (repo / "ab_pipeline" / "1").mkdir(parents=True)
+    (repo / "ab_pipeline" / "config.pbtxt").write_text(ENSEMBLE)
     python_model(repo, "shadowed", {1: (1, ""), 2: (2, "time.sleep(3)")},
                  {"split": {"1": 1}, "shadow": {"version": "2", "fraction": 1.0, "queue": 2}})
     python_model(repo, "failing_shadow", {1: (1, ""), 2: (2, "raise RuntimeError('shadow broke')")},
@@ -122,6 +141,8 @@ def test_labels_go_where_versions_go(traffic_server):
     rows = {(r["name"], r.get("version")): r for r in http.get_model_repository_index()}
     assert rows[("ab", "1")]["labels"] == ["stable"]
     assert rows[("ab", "2")]["labels"] == ["canary"]
+    # An ensemble step names its version by a label too.
+    assert version_of(http.infer("ab_pipeline", ab_inputs(httpclient))) == 2
     # An unknown label answers as an unknown version does.
     with pytest.raises(InferenceServerException, match="no version label 'beta'"):
         http.infer("ab", ab_inputs(httpclient), model_version="beta")
