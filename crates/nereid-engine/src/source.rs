@@ -176,6 +176,7 @@ mod tests {
                 .iter()
                 .map(|(p, c)| (p.to_string(), c.to_vec()))
                 .collect(),
+            traffic: None,
         }
     }
 

@@ -220,7 +220,7 @@ impl TrafficSpec {
             if shadow.queue == 0 {
                 return invalid("the shadow's queue must hold at least 1 request".into());
             }
-            if !(shadow.tolerance >= 0.0) {
+            if !shadow.tolerance.is_finite() || shadow.tolerance < 0.0 {
                 return invalid("the shadow's tolerance must be 0 or more".into());
             }
         }
@@ -228,7 +228,7 @@ impl TrafficSpec {
             if fallback.model == model {
                 return invalid("a model cannot be its own fallback".into());
             }
-            if !(fallback.queue_ms >= 0.0) {
+            if !fallback.queue_ms.is_finite() || fallback.queue_ms < 0.0 {
                 return invalid("the fallback's queue_ms must be 0 or more".into());
             }
         }

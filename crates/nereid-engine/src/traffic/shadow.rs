@@ -185,10 +185,10 @@ fn max_difference(a: &Tensor, b: &Tensor) -> Option<f64> {
     let values = |t: &Tensor| -> Option<Vec<f64>> {
         let size = t.datatype.element_size()?;
         let read: fn(&[u8]) -> f64 = match t.datatype {
-            DataType::Fp32 => |c| f64::from(f32::from_le_bytes(c.try_into().unwrap())),
-            DataType::Fp64 => |c| f64::from_le_bytes(c.try_into().unwrap()),
-            DataType::Int32 => |c| f64::from(i32::from_le_bytes(c.try_into().unwrap())),
-            DataType::Int64 => |c| i64::from_le_bytes(c.try_into().unwrap()) as f64,
+            DataType::Fp32 => |c| f64::from(f32::from_le_bytes(array(c))),
+            DataType::Fp64 => |c| f64::from_le_bytes(array(c)),
+            DataType::Int32 => |c| f64::from(i32::from_le_bytes(array(c))),
+            DataType::Int64 => |c| i64::from_le_bytes(array(c)) as f64,
             _ => return None,
         };
         Some(t.data.chunks_exact(size).map(read).collect())
@@ -208,6 +208,13 @@ fn max_difference(a: &Tensor, b: &Tensor) -> Option<f64> {
     )
 }
 
+/// The `N` bytes of an element (`chunks_exact` hands exactly `N`).
+fn array<const N: usize>(chunk: &[u8]) -> [u8; N] {
+    let mut element = [0; N];
+    element.copy_from_slice(chunk);
+    element
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
@@ -218,7 +225,7 @@ mod tests {
         Tensor {
             name: name.into(),
             datatype: DataType::Fp32,
-            shape: vec![values.len() as i64].into(),
+            shape: vec![values.len() as i64],
             data: Bytes::from(
                 values
                     .iter()

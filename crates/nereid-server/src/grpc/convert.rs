@@ -263,6 +263,7 @@ mod tests {
                 shape: vec![-1, 16],
             }],
             outputs: vec![],
+            labels: Default::default(),
         };
         let p = model_metadata(m);
         assert_eq!(p.name, "simple");
