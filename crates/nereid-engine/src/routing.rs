@@ -42,6 +42,14 @@ impl Engine {
             })
     }
 
+    /// Whether `model` has version labels.
+    pub fn has_labels(&self, model: &str) -> bool {
+        self.inner
+            .traffic
+            .state(model)
+            .is_some_and(|s| !s.spec.labels.is_empty())
+    }
+
     /// The traffic settings of a loaded model (empty when it has none).
     pub fn traffic(&self, model: &str) -> Result<TrafficView, Error> {
         self.model(model, None)?;

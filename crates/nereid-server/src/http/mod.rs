@@ -250,10 +250,12 @@ where
         }
         if let Some(label) = label {
             let engine = Engine::from_ref(state);
-            let version = engine
-                .label_version(&path.model, &label)
-                .map_err(|e| ApiError(e).into_response())?;
-            path.version = Some(version);
+            path.version = match engine.label_version(&path.model, &label) {
+                Ok(version) => Some(version),
+                Err(e) if engine.has_labels(&path.model) => return Err(ApiError(e).into_response()),
+                // A model without labels answers as Triton does.
+                Err(_) => return Err(not_found_response()),
+            };
         }
         Ok(path)
     }
