@@ -6,38 +6,16 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{CONFIG, Controls, eventually, first_output, request, write_model, write_version};
+use common::{CONFIG, engine, eventually, first_output, request, write_model, write_version};
 use nereid_core::ErrorKind;
 use nereid_core::model_config::ModelConfig;
-use nereid_engine::{
-    ControlMode, Engine, EngineOptions, IndexEntry, LoadRequest, ModelControl, ModelState,
-};
+use nereid_engine::{ControlMode, Engine, IndexEntry, LoadRequest, ModelState};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-fn engine(root: &Path, mode: ControlMode, startup: &[&str]) -> (Engine, Controls) {
-    let (backend, controls) = common::backend();
-    let options = EngineOptions {
-        repositories: vec![root.to_path_buf()],
-        mirrors: Vec::new(),
-        strict_model_config: false,
-        strict_readiness: true,
-        response_cache: None,
-        devices: Default::default(),
-    };
-    let control = ModelControl {
-        mode,
-        startup_models: startup.iter().map(|s| s.to_string()).collect(),
-        poll_interval: Duration::from_secs(1),
-    };
-    let engine = Engine::with_model_control(options, control, vec![Arc::new(backend)]);
-    (engine, controls)
-}
 
 fn row(engine: &Engine, name: &str, version: Option<i64>) -> Option<IndexEntry> {
     engine

@@ -16,29 +16,14 @@ use std::time::Duration;
 use common::{CONFIG, Controls, eventually, first_output, request, write_model, write_version};
 use nereid_core::{InferRequest, Parameter};
 use nereid_engine::traffic::{RouteObserver, RouteRecord, RoutedBy, ShadowOutcome, ShadowRecord};
-use nereid_engine::{ControlMode, Engine, EngineOptions, LoadRequest, ModelControl};
+use nereid_engine::{ControlMode, Engine, LoadRequest};
 use parking_lot::Mutex;
 
 const WAIT: Duration = Duration::from_secs(10);
 const ALL_VERSIONS: &str = "version_policy: { all: {} }";
 
 fn engine(root: &Path, mode: ControlMode) -> (Engine, Controls) {
-    let (backend, controls) = common::backend();
-    let options = EngineOptions {
-        repositories: vec![root.to_path_buf()],
-        mirrors: Vec::new(),
-        strict_model_config: false,
-        strict_readiness: true,
-        response_cache: None,
-        devices: Default::default(),
-    };
-    let control = ModelControl {
-        mode,
-        startup_models: vec!["*".into()],
-        poll_interval: Duration::from_secs(1),
-    };
-    let engine = Engine::with_model_control(options, control, vec![Arc::new(backend)]);
-    (engine, controls)
+    common::engine(root, mode, &["*"])
 }
 
 /// `m` with versions 1..=n (version v adds 10·v) and `config` appended.

@@ -216,6 +216,32 @@ pub fn backend() -> (FakeBackend, Controls) {
     )
 }
 
+/// An engine over `root` with the fake backend, in model control `mode`
+/// (startup models `startup`, polling every second).
+pub fn engine(
+    root: &Path,
+    mode: nereid_engine::ControlMode,
+    startup: &[&str],
+) -> (nereid_engine::Engine, Controls) {
+    let (backend, controls) = backend();
+    let options = nereid_engine::EngineOptions {
+        repositories: vec![root.to_path_buf()],
+        mirrors: Vec::new(),
+        strict_model_config: false,
+        strict_readiness: true,
+        response_cache: None,
+        devices: Default::default(),
+    };
+    let control = nereid_engine::ModelControl {
+        mode,
+        startup_models: startup.iter().map(|s| s.to_string()).collect(),
+        poll_interval: Duration::from_secs(1),
+    };
+    let engine =
+        nereid_engine::Engine::with_model_control(options, control, vec![Arc::new(backend)]);
+    (engine, controls)
+}
+
 pub const CONFIG: &str = r#"
 backend: "fake"
 max_batch_size: 4
