@@ -129,7 +129,7 @@ fn parts(dir: &Path) -> Result<Vec<(u64, PathBuf)>, BatchError> {
 /// Rows and failures in an Arrow IPC file, from its `error` column.
 pub fn count_ipc(path: &Path) -> Result<(u64, u64), String> {
     let file = File::open(path).map_err(|e| e.to_string())?;
-    let schema = FileReader::try_new(File::open(path).map_err(|e| e.to_string())?, Some(vec![]))
+    let schema = FileReader::try_new(File::open(path).map_err(|e| e.to_string())?, None)
         .map_err(|e| e.to_string())?
         .schema();
     let index = schema
@@ -185,4 +185,145 @@ pub fn recover(output: &Path, format: Format) -> Result<Recovered, BatchError> {
         std::fs::remove_file(&path).map_err(|e| BatchError::output(&path, e))?;
     }
     Ok(recovered)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use nereid_core::{DataType, Parameters, Tensor};
+
+    use super::*;
+    use crate::spec::TensorSpec;
+
+    fn model() -> ModelSpec {
+        ModelSpec {
+            name: "m".into(),
+            version: None,
+            batching: true,
+            max_batch_size: 8,
+            inputs: Vec::new(),
+            outputs: vec![TensorSpec {
+                name: "Y".into(),
+                datatype: DataType::Int32,
+                row_dims: vec![1],
+                optional: false,
+            }],
+        }
+    }
+
+    fn result(i: i32) -> Result<InferResponse, String> {
+        if i % 3 == 2 {
+            return Err(format!("record {i} failed"));
+        }
+        Ok(InferResponse {
+            model_name: "m".into(),
+            model_version: 1,
+            id: String::new(),
+            outputs: vec![Tensor {
+                name: "Y".into(),
+                datatype: DataType::Int32,
+                shape: vec![1, 1],
+                data: Bytes::from(i.to_le_bytes().to_vec()),
+            }],
+            parameters: Parameters::new(),
+            in_shared_memory: Vec::new(),
+        })
+    }
+
+    fn policy() -> CommitPolicy {
+        CommitPolicy {
+            rows: 2,
+            ..CommitPolicy::default()
+        }
+    }
+
+    /// Writes records `from..to` as a job would, committing when due.
+    fn write(sink: &mut dyn Sink, from: i32, to: i32) {
+        for i in from..to {
+            sink.write(result(i)).unwrap();
+            if sink.wants_commit() {
+                sink.commit().unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_cut_off_job_keeps_its_whole_parts_and_finishes_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("out.parquet");
+        let mut sink =
+            Staged::open(&output, Format::Parquet, &model(), Recovered::default(), policy()).unwrap();
+        // Five records: two parts of two, the fifth not committed.
+        write(&mut sink, 0, 5);
+        drop(sink);
+        let parts = parts_dir(&output);
+        // What a kill leaves: a part being written, and one cut short.
+        std::fs::write(parts.join("000000000004.tmp"), b"half").unwrap();
+        let whole = std::fs::read(parts.join("000000000002.arrow")).unwrap();
+        std::fs::write(parts.join("000000000004.arrow"), &whole[..whole.len() / 2]).unwrap();
+        let recovered = recover(&output, Format::Parquet).unwrap();
+        assert_eq!((recovered.records, recovered.failures, recovered.finished), (4, 1, false));
+        let names: Vec<String> = std::fs::read_dir(&parts)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+
+        let mut sink =
+            Box::new(Staged::open(&output, Format::Parquet, &model(), recovered, policy()).unwrap());
+        write(sink.as_mut(), 4, 7);
+        sink.finish().unwrap();
+        assert!(!parts.exists());
+        let recovered = recover(&output, Format::Parquet).unwrap();
+        assert_eq!((recovered.records, recovered.failures, recovered.finished), (7, 2, true));
+        let file = File::open(&output).unwrap();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(file, 64).unwrap();
+        let batch = reader.map(Result::unwrap).next().unwrap();
+        let values = arrow_array::cast::AsArray::as_primitive::<arrow_array::types::Int32Type>(
+            batch.column(0).as_ref(),
+        );
+        let got: Vec<Option<i32>> = values.iter().collect();
+        assert_eq!(got, [Some(0), Some(1), None, Some(3), Some(4), None, Some(6)]);
+    }
+
+    #[test]
+    fn a_gap_in_the_parts_drops_what_follows_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("out.arrow");
+        let mut sink =
+            Staged::open(&output, Format::Arrow, &model(), Recovered::default(), policy()).unwrap();
+        write(&mut sink, 0, 6);
+        drop(sink);
+        let parts = parts_dir(&output);
+        std::fs::remove_file(parts.join("000000000002.arrow")).unwrap();
+        let recovered = recover(&output, Format::Arrow).unwrap();
+        assert_eq!(recovered.records, 2);
+        assert!(!parts.join("000000000004.arrow").exists());
+    }
+
+    #[test]
+    fn a_finished_output_counts_and_stray_parts_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = dir.path().join("out");
+        let mut sink = Box::new(
+            Staged::open(&output, Format::Npy, &model(), Recovered::default(), policy()).unwrap(),
+        );
+        write(sink.as_mut(), 0, 5);
+        sink.finish().unwrap();
+        let y = std::fs::read(output.join("Y.npy")).unwrap();
+        let header = crate::npy::parse_header(&y).unwrap();
+        assert_eq!(header.shape, [5, 1]);
+        let values: Vec<i32> = y[header.data_offset..]
+            .chunks(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(values, [0, 1, 0, 3, 4]);
+        let errors = std::fs::read_to_string(output.join(finish::NPY_ERRORS)).unwrap();
+        assert_eq!(errors, "{\"error\":\"record 2 failed\",\"index\":2}\n");
+        // Parts left by a job cut off between the rename and their removal.
+        std::fs::create_dir(parts_dir(&output)).unwrap();
+        let recovered = recover(&output, Format::Npy).unwrap();
+        assert_eq!((recovered.records, recovered.failures, recovered.finished), (5, 1, true));
+        assert!(!parts_dir(&output).exists());
+    }
 }
