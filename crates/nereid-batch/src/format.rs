@@ -72,9 +72,18 @@ mod tests {
 
     #[test]
     fn formats_come_from_extensions_and_names() {
-        assert_eq!(Format::of_path(Path::new("a/b.JSONL")).unwrap(), Format::JsonLines);
-        assert_eq!(Format::of_path(Path::new("x.parquet")).unwrap(), Format::Parquet);
-        assert_eq!(Format::of_path(Path::new("x.feather")).unwrap(), Format::Arrow);
+        assert_eq!(
+            Format::of_path(Path::new("a/b.JSONL")).unwrap(),
+            Format::JsonLines
+        );
+        assert_eq!(
+            Format::of_path(Path::new("x.parquet")).unwrap(),
+            Format::Parquet
+        );
+        assert_eq!(
+            Format::of_path(Path::new("x.feather")).unwrap(),
+            Format::Arrow
+        );
         assert!(Format::of_path(Path::new("x.csv")).is_err());
         assert_eq!(Format::parse("IPC").unwrap(), Format::Arrow);
         assert!(Format::parse("csv").is_err());

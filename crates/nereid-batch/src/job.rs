@@ -12,12 +12,12 @@ use futures::StreamExt;
 use futures::stream::FuturesOrdered;
 use nereid_engine::Engine;
 
+use crate::BatchError;
 use crate::format::Format;
 use crate::progress::Progress;
 use crate::read::{self, InputFiles, Record};
 use crate::spec::ModelSpec;
 use crate::write::{self, CommitPolicy, Recovered};
-use crate::BatchError;
 
 /// What to run, on what, into what.
 #[derive(Debug, Clone)]
@@ -121,7 +121,13 @@ pub async fn run(engine: &Engine, job: &Job, stop: Arc<AtomicBool>) -> Result<Su
         write::remove(&job.output)?;
     }
     let recovered = write::recover(&job.output, output_format)?;
-    let mut source = read::open(&job.input, input_format, &model, recovered.records, job.chunk_rows)?;
+    let mut source = read::open(
+        &job.input,
+        input_format,
+        &model,
+        recovered.records,
+        job.chunk_rows,
+    )?;
     let total = source.total();
     let summary = |progress: &Progress, interrupted, already_done| Summary {
         total,
@@ -184,7 +190,10 @@ pub async fn run(engine: &Engine, job: &Job, stop: Arc<AtomicBool>) -> Result<Su
 }
 
 async fn infer(engine: Engine, record: Record) -> Result<nereid_core::InferResponse, String> {
-    engine.infer(record?).await.map_err(|e| e.message().to_string())
+    engine
+        .infer(record?)
+        .await
+        .map_err(|e| e.message().to_string())
 }
 
 fn model_spec(engine: &Engine, job: &Job) -> Result<ModelSpec, BatchError> {

@@ -134,7 +134,9 @@ pub fn parse_header(file: &[u8]) -> Result<Header, String> {
         .and_then(|d| d.strip_suffix('\''))
         .ok_or_else(|| format!("the .npy dtype {descr} is not one nereid batch reads"))?;
     if dict_value(text, "fortran_order")?.trim() != "False" {
-        return Err("the array is in Fortran order; save it in C order (np.ascontiguousarray)".into());
+        return Err(
+            "the array is in Fortran order; save it in C order (np.ascontiguousarray)".into(),
+        );
     }
     let shape = dict_value(text, "shape")?;
     let shape = shape
@@ -146,7 +148,10 @@ pub fn parse_header(file: &[u8]) -> Result<Header, String> {
         .split(',')
         .map(str::trim)
         .filter(|d| !d.is_empty())
-        .map(|d| d.parse::<usize>().map_err(|_| format!("bad .npy dimension '{d}'")))
+        .map(|d| {
+            d.parse::<usize>()
+                .map_err(|_| format!("bad .npy dimension '{d}'"))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Header {
         element: Element::parse(descr)?,
@@ -186,7 +191,11 @@ pub fn header(element: Element, shape: &[usize]) -> Result<Vec<u8>, String> {
         "{{'descr': '{}', 'fortran_order': False, 'shape': {tuple}, }}",
         element.descr()?
     );
-    let prefix = if dict.len() + 11 < usize::from(u16::MAX) { 10 } else { 12 };
+    let prefix = if dict.len() + 11 < usize::from(u16::MAX) {
+        10
+    } else {
+        12
+    };
     let padded = (prefix + dict.len() + 1).div_ceil(ALIGN) * ALIGN - prefix;
     let mut out = Vec::with_capacity(prefix + padded);
     out.extend_from_slice(MAGIC);
@@ -225,7 +234,7 @@ pub fn strings(element: Element, row: &[u8]) -> Result<Vec<Vec<u8>>, String> {
                 Ok(text.into_bytes())
             })
             .collect(),
-        _ => Ok(vec![Vec::new(); 0]),
+        _ => Ok(Vec::new()),
     }
 }
 
@@ -263,17 +272,34 @@ mod tests {
         assert_eq!((h.rows(), h.row_bytes(), h.data_offset), (2, 24, 128));
         let file = raw("{'descr': '|b1', 'fortran_order': False, 'shape': (5,), }");
         let h = parse_header(&file).unwrap();
-        assert_eq!((h.element, h.shape.clone()), (Element::Fixed(DataType::Bool), vec![5]));
+        assert_eq!(
+            (h.element, h.shape.clone()),
+            (Element::Fixed(DataType::Bool), vec![5])
+        );
     }
 
     #[test]
     fn unsupported_arrays_are_refused_with_the_reason() {
         let file = |descr: &str, fortran: &str| {
-            raw(&format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': (1,), }}"))
+            raw(&format!(
+                "{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': (1,), }}"
+            ))
         };
-        assert!(parse_header(&file(">f4", "False")).unwrap_err().contains("big-endian"));
-        assert!(parse_header(&file("<f4", "True")).unwrap_err().contains("Fortran"));
-        assert!(parse_header(&file("<c8", "False")).unwrap_err().contains("'<c8'"));
+        assert!(
+            parse_header(&file(">f4", "False"))
+                .unwrap_err()
+                .contains("big-endian")
+        );
+        assert!(
+            parse_header(&file("<f4", "True"))
+                .unwrap_err()
+                .contains("Fortran")
+        );
+        assert!(
+            parse_header(&file("<c8", "False"))
+                .unwrap_err()
+                .contains("'<c8'")
+        );
         assert!(parse_header(b"PK\x03\x04").unwrap_err().contains("magic"));
     }
 
@@ -287,6 +313,9 @@ mod tests {
         for c in ['h', 'é', '\0'] {
             row.extend_from_slice(&(c as u32).to_le_bytes());
         }
-        assert_eq!(strings(Element::Text(3), &row).unwrap(), ["hé".as_bytes().to_vec()]);
+        assert_eq!(
+            strings(Element::Text(3), &row).unwrap(),
+            ["hé".as_bytes().to_vec()]
+        );
     }
 }

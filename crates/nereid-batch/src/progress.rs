@@ -25,7 +25,11 @@ impl Progress {
             bar.reset_eta();
             bar
         });
-        let progress = Progress { bar, done, failures };
+        let progress = Progress {
+            bar,
+            done,
+            failures,
+        };
         progress.show_failures();
         progress
     }
@@ -37,7 +41,7 @@ impl Progress {
             self.show_failures();
         }
         if let Some(bar) = &self.bar
-            && self.done % 64 == 0
+            && self.done.is_multiple_of(64)
         {
             bar.set_position(self.done);
         }

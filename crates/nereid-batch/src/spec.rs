@@ -49,7 +49,7 @@ impl TensorSpec {
         };
         match variable {
             0 if elements == fixed => Ok(shape_of(0)),
-            1 if fixed > 0 && elements % fixed == 0 => Ok(shape_of(elements / fixed)),
+            1 if fixed > 0 && elements.is_multiple_of(fixed) => Ok(shape_of(elements / fixed)),
             1 if fixed == 0 && elements == 0 => Ok(shape_of(0)),
             0 | 1 => Err(format!(
                 "input '{}' takes rows of shape {}, which {elements} elements do not fill",
@@ -85,7 +85,10 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
-    pub fn from_config(config: &ModelConfig, version: Option<i64>) -> Result<ModelSpec, BatchError> {
+    pub fn from_config(
+        config: &ModelConfig,
+        version: Option<i64>,
+    ) -> Result<ModelSpec, BatchError> {
         let datatype = |name: &str, dt| {
             DataType::from_config(dt).ok_or_else(|| {
                 BatchError::Model(format!(

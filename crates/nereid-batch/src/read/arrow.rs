@@ -12,8 +12,8 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::columns::ColumnPlan;
 use super::{Record, Source, no_file};
-use crate::spec::ModelSpec;
 use crate::BatchError;
+use crate::spec::ModelSpec;
 
 type Batches = Box<dyn Iterator<Item = Result<RecordBatch, arrow_schema::ArrowError>> + Send>;
 

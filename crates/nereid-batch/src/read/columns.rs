@@ -146,7 +146,10 @@ fn check_column(spec: &TensorSpec, column: &ArrowType) -> Result<(), String> {
             spec.name,
             spec.name,
             spec.datatype,
-            if matches!(element, ArrowType::List(_) | ArrowType::LargeList(_) | ArrowType::FixedSizeList(..)) {
+            if matches!(
+                element,
+                ArrowType::List(_) | ArrowType::LargeList(_) | ArrowType::FixedSizeList(..)
+            ) {
                 "; give each row as one flat list, row-major"
             } else {
                 ""
@@ -259,23 +262,62 @@ fn raw_values(values: &ArrayRef) -> Option<Values> {
                 size: 1,
             })
         }
-        ArrowType::Int8 => buffer(values.as_primitive::<Int8Type>().values().inner().clone(), 1),
-        ArrowType::Int16 => buffer(values.as_primitive::<Int16Type>().values().inner().clone(), 2),
-        ArrowType::Int32 => buffer(values.as_primitive::<Int32Type>().values().inner().clone(), 4),
-        ArrowType::Int64 => buffer(values.as_primitive::<Int64Type>().values().inner().clone(), 8),
-        ArrowType::UInt8 => buffer(values.as_primitive::<UInt8Type>().values().inner().clone(), 1),
-        ArrowType::UInt16 => buffer(values.as_primitive::<UInt16Type>().values().inner().clone(), 2),
-        ArrowType::UInt32 => buffer(values.as_primitive::<UInt32Type>().values().inner().clone(), 4),
-        ArrowType::UInt64 => buffer(values.as_primitive::<UInt64Type>().values().inner().clone(), 8),
-        ArrowType::Float16 => {
-            buffer(values.as_primitive::<Float16Type>().values().inner().clone(), 2)
-        }
-        ArrowType::Float32 => {
-            buffer(values.as_primitive::<Float32Type>().values().inner().clone(), 4)
-        }
-        ArrowType::Float64 => {
-            buffer(values.as_primitive::<Float64Type>().values().inner().clone(), 8)
-        }
+        ArrowType::Int8 => buffer(
+            values.as_primitive::<Int8Type>().values().inner().clone(),
+            1,
+        ),
+        ArrowType::Int16 => buffer(
+            values.as_primitive::<Int16Type>().values().inner().clone(),
+            2,
+        ),
+        ArrowType::Int32 => buffer(
+            values.as_primitive::<Int32Type>().values().inner().clone(),
+            4,
+        ),
+        ArrowType::Int64 => buffer(
+            values.as_primitive::<Int64Type>().values().inner().clone(),
+            8,
+        ),
+        ArrowType::UInt8 => buffer(
+            values.as_primitive::<UInt8Type>().values().inner().clone(),
+            1,
+        ),
+        ArrowType::UInt16 => buffer(
+            values.as_primitive::<UInt16Type>().values().inner().clone(),
+            2,
+        ),
+        ArrowType::UInt32 => buffer(
+            values.as_primitive::<UInt32Type>().values().inner().clone(),
+            4,
+        ),
+        ArrowType::UInt64 => buffer(
+            values.as_primitive::<UInt64Type>().values().inner().clone(),
+            8,
+        ),
+        ArrowType::Float16 => buffer(
+            values
+                .as_primitive::<Float16Type>()
+                .values()
+                .inner()
+                .clone(),
+            2,
+        ),
+        ArrowType::Float32 => buffer(
+            values
+                .as_primitive::<Float32Type>()
+                .values()
+                .inner()
+                .clone(),
+            4,
+        ),
+        ArrowType::Float64 => buffer(
+            values
+                .as_primitive::<Float64Type>()
+                .values()
+                .inner()
+                .clone(),
+            8,
+        ),
         _ => None,
     }
 }
@@ -370,15 +412,26 @@ mod tests {
         let batch = batch(vec![
             ("V", Arc::new(lists.finish()) as ArrayRef),
             ("S", Arc::new(words) as ArrayRef),
-            ("unused", Arc::new(Int32Array::from(vec![0, 0, 0])) as ArrayRef),
+            (
+                "unused",
+                Arc::new(Int32Array::from(vec![0, 0, 0])) as ArrayRef,
+            ),
         ]);
-        let records = ColumnPlan::new(&batch.schema(), &m).unwrap().records(&batch, &m);
+        let records = ColumnPlan::new(&batch.schema(), &m)
+            .unwrap()
+            .records(&batch, &m);
         let first = records[0].as_ref().unwrap();
         assert_eq!(first.inputs[0].shape, [1, 3]);
         assert_eq!(first.inputs[1].shape, [1, 1]);
         assert_eq!(&first.inputs[1].data[..], b"\x02\0\0\0ab");
-        assert_eq!(records[1].as_ref().unwrap_err(), "column 'V' is null in this record");
-        assert_eq!(records[2].as_ref().unwrap_err(), "column 'S' is null in this record");
+        assert_eq!(
+            records[1].as_ref().unwrap_err(),
+            "column 'V' is null in this record"
+        );
+        assert_eq!(
+            records[2].as_ref().unwrap_err(),
+            "column 'S' is null in this record"
+        );
     }
 
     #[test]
@@ -386,17 +439,31 @@ mod tests {
         let m = model(vec![spec("X", DataType::Fp32, &[4])]);
         let ints = Schema::new(vec![Field::new("X", ArrowType::Int32, false)]);
         let e = ColumnPlan::new(&ints, &m).unwrap_err();
-        assert!(e.contains("column 'X' holds Int32, but input 'X' is FP32"), "{e}");
+        assert!(
+            e.contains("column 'X' holds Int32, but input 'X' is FP32"),
+            "{e}"
+        );
         let scalars = Schema::new(vec![Field::new("X", ArrowType::Float32, false)]);
         let e = ColumnPlan::new(&scalars, &m).unwrap_err();
         assert!(e.contains("takes rows of shape [4]"), "{e}");
         let other = Schema::new(vec![Field::new("Y", ArrowType::Float32, false)]);
         let e = ColumnPlan::new(&other, &m).unwrap_err();
-        assert!(e.contains("no column 'X'") && e.contains("columns: Y"), "{e}");
+        assert!(
+            e.contains("no column 'X'") && e.contains("columns: Y"),
+            "{e}"
+        );
         let mut nested = ListBuilder::new(ListBuilder::new(StringBuilder::new()));
         nested.append(true);
-        let nested = Schema::new(vec![Field::new("X", nested.finish().data_type().clone(), true)]);
-        assert!(ColumnPlan::new(&nested, &m).unwrap_err().contains("flat list"));
+        let nested = Schema::new(vec![Field::new(
+            "X",
+            nested.finish().data_type().clone(),
+            true,
+        )]);
+        assert!(
+            ColumnPlan::new(&nested, &m)
+                .unwrap_err()
+                .contains("flat list")
+        );
     }
 
     #[test]
@@ -408,9 +475,14 @@ mod tests {
         lists.append(true);
         let m = model(vec![spec("X", DataType::Fp32, &[2])]);
         let batch = batch(vec![("X", Arc::new(lists.finish()) as ArrayRef)]);
-        let records = ColumnPlan::new(&batch.schema(), &m).unwrap().records(&batch, &m);
+        let records = ColumnPlan::new(&batch.schema(), &m)
+            .unwrap()
+            .records(&batch, &m);
         assert!(records[0].is_ok());
         let e = records[1].as_ref().unwrap_err();
-        assert!(e.contains("takes rows of shape [2], which 3 elements do not fill"), "{e}");
+        assert!(
+            e.contains("takes rows of shape [2], which 3 elements do not fill"),
+            "{e}"
+        );
     }
 }

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use nereid_protocol::rest::decode_infer_request;
 
 use super::{Record, Source, no_file};
-use crate::spec::ModelSpec;
 use crate::BatchError;
+use crate::spec::ModelSpec;
 
 /// Lines decoded per chunk.
 const CHUNK: usize = 1024;

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 
 use nereid_core::InferRequest;
 
+use crate::BatchError;
 use crate::format::Format;
 use crate::spec::ModelSpec;
-use crate::BatchError;
 
 /// One input record: a request, or why it could not be made.
 pub type Record = Result<InferRequest, String>;

@@ -10,9 +10,9 @@ use nereid_core::tensor::push_bytes_element;
 use nereid_core::{DataType, InferRequest, InputTensor};
 
 use super::{InputFiles, Record, Source, no_file};
+use crate::BatchError;
 use crate::npy::{self, Element, Header};
 use crate::spec::ModelSpec;
-use crate::BatchError;
 
 struct Array {
     name: String,
@@ -114,7 +114,10 @@ impl Source for NpyArrays {
 
 /// The file for each input: named ones as given, one file for a model of
 /// one input, or `<INPUT>.npy` in a folder (optional inputs may be absent).
-fn named_files(files: &InputFiles, model: &ModelSpec) -> Result<Vec<(String, PathBuf)>, BatchError> {
+fn named_files(
+    files: &InputFiles,
+    model: &ModelSpec,
+) -> Result<Vec<(String, PathBuf)>, BatchError> {
     let names: Vec<&str> = model.inputs.iter().map(|i| i.name.as_str()).collect();
     let named = match files {
         InputFiles::Named(named) => named.clone(),
@@ -189,7 +192,10 @@ fn array(name: &str, path: &Path, model: &ModelSpec) -> Result<Array, BatchError
     if data.len() < needed {
         return Err(BatchError::input(
             path,
-            format!("the file is cut short: {} bytes of the {needed} its header promises", data.len()),
+            format!(
+                "the file is cut short: {} bytes of the {needed} its header promises",
+                data.len()
+            ),
         ));
     }
     Ok(Array {

@@ -7,7 +7,9 @@
 use std::sync::Arc;
 
 use arrow_array::builder::StringBuilder;
-use arrow_array::{ArrayRef, BinaryArray, BooleanArray, FixedSizeListArray, ListArray, RecordBatch};
+use arrow_array::{
+    ArrayRef, BinaryArray, BooleanArray, FixedSizeListArray, ListArray, RecordBatch,
+};
 use arrow_buffer::{BooleanBuffer, MutableBuffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType as ArrowType, Field, Schema, SchemaRef};
 use nereid_core::tensor::bytes_elements;
@@ -212,8 +214,11 @@ impl Column {
         let size = self.spec.datatype.element_size().unwrap_or(0);
         match (tensor, self.layout) {
             (Some(t), _) if self.spec.datatype == DataType::Bytes => {
-                self.strings
-                    .extend(bytes_elements(&t.data).map_while(Result::ok).map(<[u8]>::to_vec));
+                self.strings.extend(
+                    bytes_elements(&t.data)
+                        .map_while(Result::ok)
+                        .map(<[u8]>::to_vec),
+                );
             }
             (Some(t), _) => self.raw.extend_from_slice(&t.data),
             (None, Layout::Scalar) if size > 0 => self.raw.extend_zeros(size),
@@ -282,9 +287,9 @@ impl Column {
 
 #[cfg(test)]
 mod tests {
+    use arrow_array::Array;
     use arrow_array::cast::AsArray;
     use arrow_array::types::Float32Type;
-    use arrow_array::Array;
     use bytes::Bytes;
     use nereid_core::Parameters;
 
@@ -326,52 +331,99 @@ mod tests {
             name: name.into(),
             datatype: DataType::Fp32,
             shape: vec![1, values.len() as i64],
-            data: Bytes::from(values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>()),
+            data: Bytes::from(
+                values
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect::<Vec<_>>(),
+            ),
         }
     }
 
     #[test]
     fn rows_failures_and_mismatched_responses() {
-        let m = model(vec![spec("F", DataType::Fp32, &[2]), spec("V", DataType::Fp32, &[-1])]);
+        let m = model(vec![
+            spec("F", DataType::Fp32, &[2]),
+            spec("V", DataType::Fp32, &[-1]),
+        ]);
         let schema = output_schema(&m).unwrap();
         let mut columns = OutputColumns::new(&m, schema);
-        assert!(!columns.push(Ok(response(vec![floats("V", &[9.0]), floats("F", &[1.0, 2.0])]))));
+        assert!(!columns.push(Ok(response(vec![
+            floats("V", &[9.0]),
+            floats("F", &[1.0, 2.0])
+        ]))));
         assert!(columns.push(Err("bad row".into())));
         assert!(columns.push(Ok(response(vec![floats("F", &[1.0]), floats("V", &[])]))));
-        assert!(!columns.push(Ok(response(vec![floats("F", &[3.0, 4.0]), floats("V", &[5.0, 6.0])]))));
+        assert!(!columns.push(Ok(response(vec![
+            floats("F", &[3.0, 4.0]),
+            floats("V", &[5.0, 6.0])
+        ]))));
         let batch = columns.take_batch().unwrap();
         assert_eq!(batch.num_rows(), 4);
         let fixed = batch.column(0).as_fixed_size_list();
         assert_eq!(fixed.null_count(), 2);
         assert_eq!(
-            fixed.value(3).as_primitive::<Float32Type>().values().to_vec(),
+            fixed
+                .value(3)
+                .as_primitive::<Float32Type>()
+                .values()
+                .to_vec(),
             [3.0, 4.0]
         );
         let lists = batch.column(1).as_list::<i32>();
-        assert_eq!(lists.value(0).as_primitive::<Float32Type>().values().to_vec(), [9.0]);
+        assert_eq!(
+            lists
+                .value(0)
+                .as_primitive::<Float32Type>()
+                .values()
+                .to_vec(),
+            [9.0]
+        );
         assert_eq!(lists.value(3).len(), 2);
         let errors = batch.column(2).as_string::<i32>();
         assert!(errors.is_null(0) && errors.is_null(3));
         assert_eq!(errors.value(1), "bad row");
-        assert!(errors.value(2).contains("output 'F' has a row of shape [1]"), "{}", errors.value(2));
+        assert!(
+            errors
+                .value(2)
+                .contains("output 'F' has a row of shape [1]"),
+            "{}",
+            errors.value(2)
+        );
         assert_eq!(columns.take_batch().unwrap().num_rows(), 0);
     }
 
     #[test]
     fn scalars_strings_and_booleans() {
-        let m = model(vec![spec("S", DataType::Bytes, &[1]), spec("B", DataType::Bool, &[2])]);
+        let m = model(vec![
+            spec("S", DataType::Bytes, &[1]),
+            spec("B", DataType::Bool, &[2]),
+        ]);
         let mut columns = OutputColumns::new(&m, output_schema(&m).unwrap());
         let mut framed = Vec::new();
         nereid_core::tensor::push_bytes_element(&mut framed, b"hi");
-        let s = Tensor { name: "S".into(), datatype: DataType::Bytes, shape: vec![1, 1], data: Bytes::from(framed) };
-        let b = Tensor { name: "B".into(), datatype: DataType::Bool, shape: vec![1, 2], data: Bytes::from_static(&[1, 0]) };
+        let s = Tensor {
+            name: "S".into(),
+            datatype: DataType::Bytes,
+            shape: vec![1, 1],
+            data: Bytes::from(framed),
+        };
+        let b = Tensor {
+            name: "B".into(),
+            datatype: DataType::Bool,
+            shape: vec![1, 2],
+            data: Bytes::from_static(&[1, 0]),
+        };
         columns.push(Ok(response(vec![s, b])));
         columns.push(Err("x".into()));
         let batch = columns.take_batch().unwrap();
         let s = batch.column(0).as_binary::<i32>();
         assert_eq!((s.value(0), s.is_null(1)), (&b"hi"[..], true));
         let b = batch.column(1).as_fixed_size_list();
-        assert_eq!(b.value(0).as_boolean().values().iter().collect::<Vec<_>>(), [true, false]);
+        assert_eq!(
+            b.value(0).as_boolean().values().iter().collect::<Vec<_>>(),
+            [true, false]
+        );
     }
 
     #[test]

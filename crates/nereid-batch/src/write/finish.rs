@@ -20,10 +20,10 @@ use parquet::file::properties::WriterProperties;
 
 use super::columns::{ERROR_COLUMN, Layout, output_schema};
 use super::staged::count_ipc;
+use crate::BatchError;
 use crate::format::Format;
 use crate::npy::{self, Element};
 use crate::spec::{ModelSpec, TensorSpec};
-use crate::BatchError;
 
 /// The failed records of an `.npy` output, one JSON object a line.
 pub const NPY_ERRORS: &str = "errors.jsonl";
@@ -93,7 +93,10 @@ pub fn check_npy(model: &ModelSpec) -> Result<(), String> {
     output_schema(model)?;
     for spec in &model.outputs {
         Element::Fixed(spec.datatype).descr().map_err(|e| {
-            format!("output '{}': {e}; write Parquet, Arrow or JSON lines", spec.name)
+            format!(
+                "output '{}': {e}; write Parquet, Arrow or JSON lines",
+                spec.name
+            )
         })?;
         if spec.row_dims.iter().filter(|&&d| d < 0).count() > 1 {
             return Err(format!(
@@ -125,7 +128,13 @@ fn npy_folder(tmp: &Path, parts: &[PathBuf], model: &ModelSpec) -> Result<(), St
         .map(|b| b.map(|b| b.num_rows()))
         .sum::<Result<usize, String>>()?;
     for (index, spec) in model.outputs.iter().enumerate() {
-        npy_array(&tmp.join(format!("{}.npy", spec.name)), parts, index, spec, rows)?;
+        npy_array(
+            &tmp.join(format!("{}.npy", spec.name)),
+            parts,
+            index,
+            spec,
+            rows,
+        )?;
     }
     npy_errors(&tmp.join(NPY_ERRORS), parts, model.outputs.len())
 }
@@ -157,7 +166,9 @@ fn npy_array(
         let array = batch.column(column);
         let bytes = match layout {
             Layout::Scalar => element_bytes(array.as_ref(), spec.datatype),
-            Layout::Fixed(_) => element_bytes(array.as_fixed_size_list().values().as_ref(), spec.datatype),
+            Layout::Fixed(_) => {
+                element_bytes(array.as_fixed_size_list().values().as_ref(), spec.datatype)
+            }
             Layout::List => {
                 let lists = array.as_list::<i32>();
                 let mut bytes = Vec::with_capacity(lists.len() * width * size);
@@ -207,7 +218,10 @@ fn element_bytes(array: &dyn Array, datatype: DataType) -> Vec<u8> {
     let size = datatype.element_size().unwrap_or(1);
     data.buffers()
         .first()
-        .and_then(|b| b.as_slice().get(data.offset() * size..(data.offset() + data.len()) * size))
+        .and_then(|b| {
+            b.as_slice()
+                .get(data.offset() * size..(data.offset() + data.len()) * size)
+        })
         .map(<[u8]>::to_vec)
         .unwrap_or_default()
 }
@@ -248,7 +262,10 @@ fn count_parquet(path: &Path) -> Result<(u64, u64), String> {
         .index_of(ERROR_COLUMN)
         .map_err(|_| format!("has no '{ERROR_COLUMN}' column: not a batch job's output"))?;
     let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), [index]);
-    let reader = builder.with_projection(mask).build().map_err(|e| e.to_string())?;
+    let reader = builder
+        .with_projection(mask)
+        .build()
+        .map_err(|e| e.to_string())?;
     let mut failures = 0;
     for batch in reader {
         let errors = batch.map_err(|e| e.to_string())?.column(0).clone();

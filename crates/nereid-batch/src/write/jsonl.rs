@@ -73,7 +73,9 @@ impl Sink for JsonLinesSink {
     }
 
     fn commit(&mut self) -> Result<(), BatchError> {
-        self.out.flush().map_err(|e| BatchError::output(&self.path, e))?;
+        self.out
+            .flush()
+            .map_err(|e| BatchError::output(&self.path, e))?;
         self.rows = 0;
         self.since = Instant::now();
         Ok(())
@@ -130,8 +132,14 @@ mod tests {
         std::fs::write(&path, "{\"outputs\":[]}\n{\"error\":\"x\"}\n{\"outp").unwrap();
         let recovered = recover(&path).unwrap();
         assert_eq!((recovered.records, recovered.failures), (2, 1));
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"outputs\":[]}\n{\"error\":\"x\"}\n");
-        assert_eq!(recover(&dir.path().join("none.jsonl")).unwrap(), Recovered::default());
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "{\"outputs\":[]}\n{\"error\":\"x\"}\n"
+        );
+        assert_eq!(
+            recover(&dir.path().join("none.jsonl")).unwrap(),
+            Recovered::default()
+        );
     }
 
     #[test]
@@ -144,7 +152,10 @@ mod tests {
         assert!(sink.write(Err("b \"quoted\"".into())).unwrap());
         sink.finish().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(text, "{\"error\":\"a\"}\n{\"error\":\"b \\\"quoted\\\"\"}\n");
+        assert_eq!(
+            text,
+            "{\"error\":\"a\"}\n{\"error\":\"b \\\"quoted\\\"\"}\n"
+        );
         assert_eq!(recover(&path).unwrap().failures, 2);
     }
 }

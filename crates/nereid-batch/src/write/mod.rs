@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use nereid_core::InferResponse;
 
+use crate::BatchError;
 use crate::format::Format;
 use crate::spec::ModelSpec;
-use crate::BatchError;
 
 pub use columns::{ERROR_COLUMN, output_schema};
 
@@ -119,7 +119,9 @@ pub fn open(
 ) -> Result<Box<dyn Sink>, BatchError> {
     Ok(match format {
         Format::JsonLines => Box::new(jsonl::JsonLinesSink::open(output, policy)?),
-        _ => Box::new(staged::Staged::open(output, format, model, recovered, policy)?),
+        _ => Box::new(staged::Staged::open(
+            output, format, model, recovered, policy,
+        )?),
     })
 }
 

@@ -14,9 +14,9 @@ use nereid_core::InferResponse;
 
 use super::columns::{ERROR_COLUMN, OutputColumns, output_schema};
 use super::{CommitPolicy, Recovered, Sink, finish, parts_dir};
+use crate::BatchError;
 use crate::format::Format;
 use crate::spec::ModelSpec;
-use crate::BatchError;
 
 const PART_EXTENSION: &str = "arrow";
 
@@ -251,8 +251,14 @@ mod tests {
     fn a_cut_off_job_keeps_its_whole_parts_and_finishes_later() {
         let dir = tempfile::tempdir().unwrap();
         let output = dir.path().join("out.parquet");
-        let mut sink =
-            Staged::open(&output, Format::Parquet, &model(), Recovered::default(), policy()).unwrap();
+        let mut sink = Staged::open(
+            &output,
+            Format::Parquet,
+            &model(),
+            Recovered::default(),
+            policy(),
+        )
+        .unwrap();
         // Five records: two parts of two, the fifth not committed.
         write(&mut sink, 0, 5);
         drop(sink);
@@ -262,36 +268,53 @@ mod tests {
         let whole = std::fs::read(parts.join("000000000002.arrow")).unwrap();
         std::fs::write(parts.join("000000000004.arrow"), &whole[..whole.len() / 2]).unwrap();
         let recovered = recover(&output, Format::Parquet).unwrap();
-        assert_eq!((recovered.records, recovered.failures, recovered.finished), (4, 1, false));
+        assert_eq!(
+            (recovered.records, recovered.failures, recovered.finished),
+            (4, 1, false)
+        );
         let names: Vec<String> = std::fs::read_dir(&parts)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names.len(), 2, "{names:?}");
 
-        let mut sink =
-            Box::new(Staged::open(&output, Format::Parquet, &model(), recovered, policy()).unwrap());
+        let mut sink = Box::new(
+            Staged::open(&output, Format::Parquet, &model(), recovered, policy()).unwrap(),
+        );
         write(sink.as_mut(), 4, 7);
         sink.finish().unwrap();
         assert!(!parts.exists());
         let recovered = recover(&output, Format::Parquet).unwrap();
-        assert_eq!((recovered.records, recovered.failures, recovered.finished), (7, 2, true));
+        assert_eq!(
+            (recovered.records, recovered.failures, recovered.finished),
+            (7, 2, true)
+        );
         let file = File::open(&output).unwrap();
-        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(file, 64).unwrap();
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReader::try_new(file, 64).unwrap();
         let batch = reader.map(Result::unwrap).next().unwrap();
         let values = arrow_array::cast::AsArray::as_primitive::<arrow_array::types::Int32Type>(
             batch.column(0).as_ref(),
         );
         let got: Vec<Option<i32>> = values.iter().collect();
-        assert_eq!(got, [Some(0), Some(1), None, Some(3), Some(4), None, Some(6)]);
+        assert_eq!(
+            got,
+            [Some(0), Some(1), None, Some(3), Some(4), None, Some(6)]
+        );
     }
 
     #[test]
     fn a_gap_in_the_parts_drops_what_follows_it() {
         let dir = tempfile::tempdir().unwrap();
         let output = dir.path().join("out.arrow");
-        let mut sink =
-            Staged::open(&output, Format::Arrow, &model(), Recovered::default(), policy()).unwrap();
+        let mut sink = Staged::open(
+            &output,
+            Format::Arrow,
+            &model(),
+            Recovered::default(),
+            policy(),
+        )
+        .unwrap();
         write(&mut sink, 0, 6);
         drop(sink);
         let parts = parts_dir(&output);
@@ -306,7 +329,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let output = dir.path().join("out");
         let mut sink = Box::new(
-            Staged::open(&output, Format::Npy, &model(), Recovered::default(), policy()).unwrap(),
+            Staged::open(
+                &output,
+                Format::Npy,
+                &model(),
+                Recovered::default(),
+                policy(),
+            )
+            .unwrap(),
         );
         write(sink.as_mut(), 0, 5);
         sink.finish().unwrap();
@@ -323,7 +353,10 @@ mod tests {
         // Parts left by a job cut off between the rename and their removal.
         std::fs::create_dir(parts_dir(&output)).unwrap();
         let recovered = recover(&output, Format::Npy).unwrap();
-        assert_eq!((recovered.records, recovered.failures, recovered.finished), (5, 1, true));
+        assert_eq!(
+            (recovered.records, recovered.failures, recovered.finished),
+            (5, 1, true)
+        );
         assert!(!parts_dir(&output).exists());
     }
 }

@@ -140,9 +140,17 @@ impl BatchArgs {
             model: self.model.clone(),
             version: self.model_version,
             input: input_files(&self.input)?,
-            input_format: self.input_format.as_deref().map(Format::parse).transpose()?,
+            input_format: self
+                .input_format
+                .as_deref()
+                .map(Format::parse)
+                .transpose()?,
             output: self.output.clone(),
-            output_format: self.output_format.as_deref().map(Format::parse).transpose()?,
+            output_format: self
+                .output_format
+                .as_deref()
+                .map(Format::parse)
+                .transpose()?,
             concurrency: self.concurrency.map(|c| c as usize),
             overwrite: self.overwrite,
             progress: progress && !self.quiet,
