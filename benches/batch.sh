@@ -42,7 +42,8 @@ results=$work/results
 mkdir -p "$results"
 trap 'rm -rf "$work"' EXIT
 
-scripts/setup-python.sh
+# pyarrow writes the input files (scripts/requirements.txt has it).
+.venv/bin/python -c 'import pyarrow' 2>/dev/null || scripts/setup-python.sh
 ORT_DYLIB_PATH=$(scripts/ort-path.sh)
 [ -n "$ORT_DYLIB_PATH" ] || die "no libonnxruntime in .venv (scripts/setup-python.sh)"
 export ORT_DYLIB_PATH

@@ -15,9 +15,9 @@ use nereid_engine::Engine;
 use crate::BatchError;
 use crate::format::Format;
 use crate::progress::Progress;
-use crate::read::{self, InputFiles, Record};
+use crate::read::{self, InputFiles, Record, Source};
 use crate::spec::ModelSpec;
-use crate::write::{self, CommitPolicy, Recovered};
+use crate::write::{self, CommitPolicy, Recovered, Sink};
 
 /// What to run, on what, into what.
 #[derive(Debug, Clone)]
@@ -155,31 +155,13 @@ pub async fn run(engine: &Engine, job: &Job, stop: Arc<AtomicBool>) -> Result<Su
     let concurrency = job
         .concurrency
         .unwrap_or_else(|| (4 * model.max_batch_size).max(64));
-    let mut pending = FuturesOrdered::new();
-    let mut buffered: VecDeque<Record> = VecDeque::new();
-    let mut exhausted = false;
-    loop {
-        while !exhausted && pending.len() < concurrency && !stop.load(Ordering::Relaxed) {
-            if buffered.is_empty() {
-                match source.next_chunk()? {
-                    Some(chunk) => buffered.extend(chunk),
-                    None => exhausted = true,
-                }
-                continue;
-            }
-            if let Some(record) = buffered.pop_front() {
-                pending.push_back(infer(engine.clone(), record));
-            }
-        }
-        let Some(result) = pending.next().await else {
-            break;
-        };
-        let failed = sink.write(result)?;
-        progress.record(failed);
-        if sink.wants_commit() {
-            sink.commit()?;
-        }
-    }
+    let flow = Flow {
+        engine,
+        concurrency,
+        stop: &stop,
+    };
+    flow.drive(source.as_mut(), sink.as_mut(), &mut progress)
+        .await?;
     progress.close();
     if progress.done() < total {
         sink.commit()?;
@@ -187,6 +169,51 @@ pub async fn run(engine: &Engine, job: &Job, stop: Arc<AtomicBool>) -> Result<Su
     }
     sink.finish()?;
     Ok(summary(&progress, false, false))
+}
+
+/// How records flow from a source through the engine to a sink.
+struct Flow<'a> {
+    engine: &'a Engine,
+    /// Records in flight at most.
+    concurrency: usize,
+    /// Set: no more records are sent; those in flight are written.
+    stop: &'a AtomicBool,
+}
+
+impl Flow<'_> {
+    /// Sends records until the source ends or `stop` is set, writing each
+    /// result in input order and committing when the sink asks.
+    async fn drive(
+        &self,
+        source: &mut dyn Source,
+        sink: &mut dyn Sink,
+        progress: &mut Progress,
+    ) -> Result<(), BatchError> {
+        let mut pending = FuturesOrdered::new();
+        let mut buffered: VecDeque<Record> = VecDeque::new();
+        let mut exhausted = false;
+        loop {
+            while !exhausted
+                && pending.len() < self.concurrency
+                && !self.stop.load(Ordering::Relaxed)
+            {
+                match buffered.pop_front() {
+                    Some(record) => pending.push_back(infer(self.engine.clone(), record)),
+                    None => match source.next_chunk()? {
+                        Some(chunk) => buffered.extend(chunk),
+                        None => exhausted = true,
+                    },
+                }
+            }
+            let Some(result) = pending.next().await else {
+                return Ok(());
+            };
+            progress.record(sink.write(result)?);
+            if sink.wants_commit() {
+                sink.commit()?;
+            }
+        }
+    }
 }
 
 async fn infer(engine: Engine, record: Record) -> Result<nereid_core::InferResponse, String> {
