@@ -325,3 +325,52 @@ def test_a_finished_output_of_another_job_is_not_resumed(tmp_path):
     done = batch("--model=mlp", f"--input={source}", f"--output={out}", "--overwrite")
     assert done.returncode == 0, done.stderr
     assert pq.read_table(out).num_rows == 12
+
+
+# --- other backends and model kinds --------------------------------------------
+
+
+PYTHON_MODELS = REPO_ROOT / "crates/nereid-backend-python/python/tests/models"
+
+
+def test_a_python_model_and_an_ensemble_run_as_onnx_ones_do(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "add_sub").mkdir(parents=True)
+    (repo / "add_sub" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 8\n'
+        "dynamic_batching { max_queue_delay_microseconds: 1000 }\n"
+        'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },'
+        ' { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] },'
+        ' { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]\n')
+    (repo / "add_sub" / "1").mkdir()
+    (repo / "add_sub" / "1" / "model.py").write_text(
+        (PYTHON_MODELS / "add_sub" / "1" / "model.py").read_text())
+    rng = np.random.default_rng(13)
+    a, b = rng.standard_normal((30, 4), dtype=np.float32), rng.standard_normal((30, 4), dtype=np.float32)
+    source = tmp_path / "in.parquet"
+    pq.write_table(pa.table({name: pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), 4)
+                             for name, x in [("INPUT0", a), ("INPUT1", b)]}), source)
+    out = tmp_path / "out.parquet"
+    done = subprocess.run(
+        [BINARY, "batch", f"--backend-config=python,python-path={sys.executable}",
+         "--model-repository", str(repo), "--model=add_sub", f"--input={source}", f"--output={out}"],
+        capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    table = pq.read_table(out)
+    np.testing.assert_allclose(np.array(table.column("OUTPUT0").to_pylist()), a + b, rtol=1e-6)
+    np.testing.assert_allclose(np.array(table.column("OUTPUT1").to_pylist()), a - b, rtol=1e-6)
+
+    raw = rng.integers(0, 256, size=(50, 256), dtype=np.uint8)
+    np.save(tmp_path / "raw.npy", raw)
+    done = batch("--model=mlp_pipeline", f"--input={tmp_path / 'raw.npy'}", f"--output={tmp_path / 'pipe'}")
+    assert done.returncode == 0, done.stderr
+    want = mlp_reference(raw.astype(np.float32) / 255)
+    np.testing.assert_allclose(np.load(tmp_path / "pipe" / "OUTPUT.npy"), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_decoupled_model_is_refused(tmp_path):
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"inputs": []}\n')
+    done = batch("--model=echo_words", f"--input={source}", f"--output={tmp_path / 'o.jsonl'}")
+    assert done.returncode == 1 and "decoupled" in done.stderr
