@@ -1,7 +1,7 @@
 //! The progress bar on stderr (records, records per second, ETA, failures),
 //! drawn only where asked (a terminal, no `--quiet`).
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 /// Records done, shown or not.
 #[derive(Debug)]
@@ -16,9 +16,12 @@ impl Progress {
         let bar = shown.then(|| {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
             let style = ProgressStyle::with_template(
-                "{elapsed_precise} [{wide_bar}] {human_pos}/{human_len} records, {per_sec}, ETA {eta} {msg}",
+                "{elapsed_precise} [{wide_bar}] {human_pos}/{human_len} records, {rate}, ETA {eta} {msg}",
             )
             .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .with_key("rate", |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = write!(w, "{:.0}/s", state.per_sec());
+            })
             .progress_chars("=> ");
             bar.set_style(style);
             bar.set_position(done);
