@@ -68,7 +68,10 @@ log "writing the input files ($rows and $large_rows rows of 256 FP32)"
 
 busy=$(background_busy_pct)
 ((busy < 25)) || log "warning: the machine is already ${busy}% busy; numbers will be skewed"
-echo "busy_before_pct=$busy" >"$results/run.env"
+{
+  echo "busy_before_pct=$busy"
+  echo "load_before=$(cut -d' ' -f1 /proc/loadavg)"
+} >"$results/run.env"
 
 raw() {
   local model=$1 run=$2 seconds=$3
@@ -96,6 +99,7 @@ for run in $(seq 1 "$runs"); do
   job mlp_large "$run"
 done
 
+echo "load_after=$(cut -d' ' -f1 /proc/loadavg)" >>"$results/run.env"
 .venv/bin/python benches/batch_report.py --results "$results" --out "$out" \
   --rows "$rows" --large-rows "$large_rows" --runs "$runs" --nereid-bin "$nereid_bin"
 log "wrote the batch section of $out"

@@ -119,6 +119,24 @@ def main() -> None:
             f"| {model} | {rows:,} | {raw:,.0f} | {summary:,.0f} | {wall:,.0f} | "
             f"{summary / raw:.0%} | {failures} |"
         )
+    env = dict(
+        line.split("=", 1) for line in (args.results / "run.env").read_text().split() if "=" in line
+    )
+    lines += [
+        "",
+        f"Each run, rows/s (raw ONNX Runtime / nereid batch); CPU busy before the benchmark: "
+        f"{env.get('busy_before_pct', '?')} %, 1-minute load average {env.get('load_before', '?')} "
+        f"before and {env.get('load_after', '?')} after:",
+        "",
+        "| run | mlp | mlp_large |",
+        "|---|---|---|",
+    ]
+    for run in range(1, args.runs + 1):
+        cells = []
+        for model in ("mlp", "mlp_large"):
+            raw, done = raw_rate(args.results, model, run), job(args.results, model, run)
+            cells.append(f"{raw or 0:,.0f} / {done[0] if done else 0:,.0f}")
+        lines.append(f"| {run} | {cells[0]} | {cells[1]} |")
     lines += ["", "### Reading", ""]
     for model, (summary, wall) in ratios.items():
         verdict = "meets" if summary >= 0.8 else "misses"
