@@ -6,7 +6,7 @@
 #   1. model_repository/mlp (256-1024-1024-16) over a 1,000,000-row file;
 #   2. mlp_large (256-4096-4096-4096-16, made by scripts/make_models.py
 #      --bench-mlp) over a BATCH_LARGE_ROWS-row file: a million rows of it
-#      take about five minutes a run on 2 cores, so a subset is measured.
+#      take about eight minutes a run on 2 cores, so a subset is measured.
 #
 # Both models batch dynamically up to 64 (their configs as committed or
 # made). Runs alternate raw_ort and nereid batch, BATCH_RUNS times each; the
