@@ -91,6 +91,7 @@ bench: setup-test release
 	benches/sequence.sh
 	benches/decoupled.sh
 	benches/cache.sh
+	benches/batch.sh
 	benches/cloud_repository.sh
 	benches/instructions.sh
 

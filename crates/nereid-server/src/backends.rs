@@ -4,7 +4,7 @@
 //! [`Unavailable`] one, so its models fail with the reason rather than an
 //! "unknown platform".
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nereid_backend_onnx::OnnxBackend;
@@ -14,19 +14,44 @@ use nereid_core::{
     Backend, BackendError, Error, InferRequest, InferResponse, InferService, ModelInstance,
     ModelIo, ModelSource,
 };
-use nereid_engine::{Answer, Engine};
+use nereid_engine::{Answer, Engine, EngineOptions, ModelControl};
 
 use crate::model_control::{self, Param};
-use crate::server::ServerConfig;
+
+/// What the backends are made with (`--onnxruntime-library`,
+/// `--backend-config python,python-path=...`).
+#[derive(Debug, Clone)]
+pub(crate) struct BackendSettings {
+    pub onnxruntime_library: Option<PathBuf>,
+    /// The interpreter Python models' workers run on.
+    pub python: PathBuf,
+}
+
+/// The engine over every backend, the Python one connected to it (for
+/// BLS and the repository calls models make). The server and `nereid
+/// batch` both make theirs here; it must be called on a tokio runtime.
+pub(crate) fn engine(
+    options: EngineOptions,
+    control: ModelControl,
+    settings: &BackendSettings,
+) -> Engine {
+    let (all_backends, python) = backends(settings);
+    let engine = Engine::with_model_control(options, control, all_backends);
+    if let Some(python) = python {
+        python.set_service(Arc::new(EngineService {
+            engine: engine.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        }));
+    }
+    engine
+}
 
 /// Every backend, in the order the repository tries them, and the Python
 /// one again, to connect to the engine once it exists (for BLS).
-pub(crate) fn backends(
-    config: &ServerConfig,
-) -> (Vec<Arc<dyn Backend>>, Option<Arc<PythonBackend>>) {
-    let (python, python_backend) = python(config);
+fn backends(settings: &BackendSettings) -> (Vec<Arc<dyn Backend>>, Option<Arc<PythonBackend>>) {
+    let (python, python_backend) = python(settings);
     (
-        vec![onnx(config), torch(), python, tensorrt()],
+        vec![onnx(settings), torch(), python, tensorrt()],
         python_backend,
     )
 }
@@ -49,8 +74,8 @@ fn tensorrt() -> Arc<dyn Backend> {
     })
 }
 
-fn python(config: &ServerConfig) -> (Arc<dyn Backend>, Option<Arc<PythonBackend>>) {
-    match PythonBackend::new(config.python.clone()) {
+fn python(settings: &BackendSettings) -> (Arc<dyn Backend>, Option<Arc<PythonBackend>>) {
+    match PythonBackend::new(settings.python.clone()) {
         Ok(python) => {
             let python = Arc::new(python);
             (Arc::clone(&python) as Arc<dyn Backend>, Some(python))
@@ -70,9 +95,9 @@ fn python(config: &ServerConfig) -> (Arc<dyn Backend>, Option<Arc<PythonBackend>
 
 /// The engine as a Python model reaches it: BLS calls, the model
 /// repository calls and custom metrics.
-pub(crate) struct EngineService {
-    pub(crate) engine: Engine,
-    pub(crate) runtime: tokio::runtime::Handle,
+struct EngineService {
+    engine: Engine,
+    runtime: tokio::runtime::Handle,
 }
 
 impl InferService for EngineService {
@@ -158,8 +183,8 @@ impl InferService for EngineService {
     }
 }
 
-fn onnx(config: &ServerConfig) -> Arc<dyn Backend> {
-    match OnnxBackend::new(config.onnxruntime_library.clone()) {
+fn onnx(settings: &BackendSettings) -> Arc<dyn Backend> {
+    match OnnxBackend::new(settings.onnxruntime_library.clone()) {
         Ok(onnx) => Arc::new(onnx),
         Err(e) => {
             tracing::error!(error = %e, "ONNX Runtime is not available; ONNX models will not load");

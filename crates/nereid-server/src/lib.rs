@@ -4,12 +4,14 @@
 //! ports the OS picks.
 //!
 //! An OpenAI-compatible frontend serves text and embedding models on a
-//! port of its own.
+//! port of its own. `nereid batch` runs a model over files
+//! (`nereid-batch`) on an engine made as the server makes its own.
 //!
 //! Frontends translate wire messages with `nereid-protocol` and call the
 //! engine; they must not know which backend serves a model.
 
 mod backends;
+pub mod batch;
 pub mod cli;
 mod error;
 mod grpc;

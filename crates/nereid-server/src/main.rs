@@ -1,5 +1,6 @@
 use clap::Parser;
-use nereid_server::cli::Args;
+use clap::error::ErrorKind;
+use nereid_server::cli::{Args, Command};
 
 /// mimalloc rather than glibc's malloc: see docs/benchmarks.md, "Where the
 /// server's CPU goes".
@@ -7,7 +8,10 @@ use nereid_server::cli::Args;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let mut args = parse();
+    if let Some(Command::Batch(batch)) = args.command.take() {
+        std::process::exit(nereid_server::batch::main(batch));
+    }
     let logging = nereid_server::logging::install(&args.log_settings())?;
     let mut config = args.into_config()?;
     config.logging = logging;
@@ -19,6 +23,21 @@ fn main() -> anyhow::Result<()> {
     // The local copies of cloud repositories go with the server.
     mirrors.iter().for_each(|mirror| mirror.close());
     served
+}
+
+/// The flags. A `nereid batch` whose flags are wrong could not run: exit
+/// status 1, as its other failures to start, where clap's usual 2 would
+/// read as "some records failed".
+fn parse() -> Args {
+    Args::try_parse().unwrap_or_else(|e| {
+        let batch = std::env::args_os().nth(1).is_some_and(|a| a == "batch");
+        let shown = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+        if batch && !shown {
+            let _ = e.print();
+            std::process::exit(nereid_server::batch::EXIT_NOT_RUN);
+        }
+        e.exit()
+    })
 }
 
 async fn run(config: nereid_server::ServerConfig) -> anyhow::Result<()> {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backends::{EngineService, backends};
+use crate::backends::{self, BackendSettings};
 use crate::info;
 use crate::limits::{ConnectionLimit, Limits};
 use crate::logging::LogControl;
@@ -107,20 +107,16 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         info::SERVER_VERSION,
         info::SERVER_NAME
     );
-    let (all_backends, python) = backends(&config);
-    let engine = Engine::with_model_control(
+    let engine = backends::engine(
         config.engine.clone(),
         config.model_control.clone(),
-        all_backends,
+        &BackendSettings {
+            onnxruntime_library: config.onnxruntime_library.clone(),
+            python: config.python.clone(),
+        },
     );
     if let Some(path) = &config.route_log {
         engine.set_route_observer(Arc::new(crate::route_log::RouteLog::open(path)?));
-    }
-    if let Some(python) = python {
-        python.set_service(Arc::new(EngineService {
-            engine: engine.clone(),
-            runtime: tokio::runtime::Handle::current(),
-        }));
     }
     // Before a port is bound: without its Redis, the server does not start
     // (as tritonserver); once started, a Redis that goes away is a miss.

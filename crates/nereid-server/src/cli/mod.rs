@@ -12,6 +12,7 @@ use nereid_engine::{ControlMode, EngineOptions, ModelControl};
 use crate::logging::{LogFormat, LogSettings};
 use crate::server::ServerConfig;
 
+mod batch;
 mod cache;
 mod devices;
 mod limits;
@@ -22,6 +23,7 @@ mod settings;
 mod tls;
 mod trace;
 
+pub use batch::{BatchArgs, BatchConfig};
 use cache::response_cache;
 use devices::DeviceFlags;
 use limits::LimitFlags;
@@ -34,7 +36,13 @@ use trace::{OldTraceFlags, trace_options};
 
 /// Nereid: a Triton-compatible inference server.
 #[derive(Debug, Parser)]
-#[command(name = "nereid", version, about)]
+#[command(
+    name = "nereid",
+    version,
+    about,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 pub struct Args {
     /// Model repository: a folder, or a cloud repository as tritonserver
     /// takes them (`s3://bucket/path`, `s3://host:port/bucket/path`,
@@ -224,6 +232,16 @@ pub struct Args {
 
     #[command(flatten)]
     pub openai: OpenAiFlags,
+
+    /// Without a subcommand, nereid serves.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// What nereid does other than serve.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    Batch(BatchArgs),
 }
 
 /// `--model-control-mode` values, as tritonserver spells them.

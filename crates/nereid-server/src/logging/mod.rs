@@ -126,9 +126,19 @@ impl LogControl {
 /// to `settings.log_file` (appending) or, when it is empty, to stdout.
 /// Fails when the log file cannot be opened, naming it.
 pub fn install(settings: &LogSettings) -> anyhow::Result<LogControl> {
+    install_to(settings, BoxMakeWriter::new(std::io::stdout))
+}
+
+/// As [`install`], writing to stderr when there is no log file: `nereid
+/// batch` keeps stdout for its user and draws its progress on stderr.
+pub fn install_stderr(settings: &LogSettings) -> anyhow::Result<LogControl> {
+    install_to(settings, BoxMakeWriter::new(std::io::stderr))
+}
+
+fn install_to(settings: &LogSettings, standard: BoxMakeWriter) -> anyhow::Result<LogControl> {
     let control = LogControl::new(settings);
     let writer = match settings.log_file.as_str() {
-        "" => BoxMakeWriter::new(std::io::stdout),
+        "" => standard,
         path => BoxMakeWriter::new(Arc::new(open_log_file(Path::new(path))?)),
     };
     let env = std::env::var_os(EnvFilter::DEFAULT_ENV)
