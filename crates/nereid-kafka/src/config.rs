@@ -35,7 +35,9 @@ pub enum ConfigError {
     DuplicateInput(String),
     #[error("route for '{topic}': {message}")]
     Route { topic: String, message: String },
-    #[error("'{0}' is set by Nereid (at-least-once delivery depends on it) and cannot be configured")]
+    #[error(
+        "'{0}' is set by Nereid (at-least-once delivery depends on it) and cannot be configured"
+    )]
     OwnedProperty(String),
     #[error("'{field}' must be at least 1, got {value}")]
     Zero { field: &'static str, value: u64 },
@@ -355,20 +357,35 @@ mod tests {
         let err = KafkaConfig::parse(&no_dlq).expect_err("no dead letter topic");
         assert!(err.to_string().contains("no dead_letter_topic"), "{err}");
 
-        let owned = MINIMAL.replace("[[routes]]", "[consumer]\n\"enable.auto.commit\" = \"true\"\n[[routes]]");
+        let owned = MINIMAL.replace(
+            "[[routes]]",
+            "[consumer]\n\"enable.auto.commit\" = \"true\"\n[[routes]]",
+        );
         let err = KafkaConfig::parse(&owned).expect_err("owned property");
         assert!(err.to_string().contains("enable.auto.commit"), "{err}");
 
-        let twice = format!("{MINIMAL}{}", &MINIMAL[MINIMAL.find("[[routes]]").unwrap_or(0)..]);
+        let twice = format!(
+            "{MINIMAL}{}",
+            &MINIMAL[MINIMAL.find("[[routes]]").unwrap_or(0)..]
+        );
         let err = KafkaConfig::parse(&twice).expect_err("two routes for one topic");
-        assert!(matches!(err, ConfigError::DuplicateInput(ref t) if t == "in"), "{err}");
+        assert!(
+            matches!(err, ConfigError::DuplicateInput(ref t) if t == "in"),
+            "{err}"
+        );
 
         let unknown = MINIMAL.replace("group_id", "grup_id");
         assert!(KafkaConfig::parse(&unknown).is_err());
 
-        let zero = MINIMAL.replace("group_id = \"g\"", "group_id = \"g\"\nmax_in_flight_per_partition = 0");
+        let zero = MINIMAL.replace(
+            "group_id = \"g\"",
+            "group_id = \"g\"\nmax_in_flight_per_partition = 0",
+        );
         let err = KafkaConfig::parse(&zero).expect_err("zero in flight");
-        assert!(err.to_string().contains("max_in_flight_per_partition"), "{err}");
+        assert!(
+            err.to_string().contains("max_in_flight_per_partition"),
+            "{err}"
+        );
 
         let looped = MINIMAL.replace("output_topic = \"out\"", "output_topic = \"in\"");
         assert!(KafkaConfig::parse(&looped).is_err());

@@ -51,7 +51,10 @@ impl ClientContext for Context {
 
     fn error(&self, error: KafkaError, reason: &str) {
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
-            self.shared.stats.connected.store(false, AtomicOrdering::SeqCst);
+            self.shared
+                .stats
+                .connected
+                .store(false, AtomicOrdering::SeqCst);
         }
         tracing::warn!("Kafka consumer: {error}: {reason}");
     }
@@ -185,7 +188,10 @@ fn take(shared: &Arc<Shared>, consumer: &BaseConsumer<Context>, message: &Borrow
         partition: message.partition(),
         offset: message.offset(),
         key: message.key().map(Bytes::copy_from_slice),
-        payload: message.payload().map(Bytes::copy_from_slice).unwrap_or_default(),
+        payload: message
+            .payload()
+            .map(Bytes::copy_from_slice)
+            .unwrap_or_default(),
         headers: message
             .headers()
             .map(|headers| {
@@ -250,7 +256,7 @@ fn commit(
         let mut state = shared.state.lock();
         for ((topic, partition), p) in state.partitions.iter_mut() {
             let wanted = only.is_none_or(|l| l.find_partition(topic, *partition).is_some());
-            if let Some(position) = wanted.then(|| p.offsets.to_commit()).flatten() {
+            if let Some(position) = wanted.then(|| p.offsets.take_commit()).flatten() {
                 let _ = list.add_partition_offset(topic, *partition, Offset::Offset(position));
             }
         }
@@ -303,7 +309,9 @@ fn release(
             .sum()
     });
     if left > 0 {
-        tracing::warn!("{left} records of revoked partitions did not finish within {drain:?}: they will be read again by the next owner");
+        tracing::warn!(
+            "{left} records of revoked partitions did not finish within {drain:?}: they will be read again by the next owner"
+        );
     }
     commit(shared, consumer, CommitMode::Sync, Some(partitions));
     let mut state = shared.state.lock();
@@ -319,7 +327,9 @@ fn finish(shared: &Shared, consumer: &BaseConsumer<Context>, drain: Duration) {
     tracing::info!("Kafka consumer draining: {taken} records taken and not yet delivered");
     let left = wait_until_done(shared, drain, |state| state.in_flight());
     if left > 0 {
-        tracing::warn!("{left} Kafka records did not finish within {drain:?}: they will be read again");
+        tracing::warn!(
+            "{left} Kafka records did not finish within {drain:?}: they will be read again"
+        );
     }
     commit(shared, consumer, CommitMode::Sync, None);
     consumer.unsubscribe();

@@ -31,8 +31,7 @@ use parking_lot::{Condvar, Mutex};
 
 pub use config::{ConfigError, Format, KafkaConfig, Ordering, OutputPartition, Route};
 pub use message::{
-    ERROR_HEADER, SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER, SOURCE_TOPIC_HEADER,
-    STAGE_HEADER,
+    ERROR_HEADER, SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER, SOURCE_TOPIC_HEADER, STAGE_HEADER,
 };
 pub use stats::{RouteSnapshot, Snapshot};
 
@@ -75,7 +74,11 @@ impl Kafka {
     /// runtime (the requests run there), and makes the engine's readiness
     /// wait for the consumer. `drain` bounds how long a revocation or the
     /// shutdown waits for the records taken.
-    pub fn start(config: KafkaConfig, engine: Engine, drain: Duration) -> Result<Kafka, StartError> {
+    pub fn start(
+        config: KafkaConfig,
+        engine: Engine,
+        drain: Duration,
+    ) -> Result<Kafka, StartError> {
         let stats = Arc::new(Stats::new(
             config.routes.iter().map(|r| r.input_topic.clone()),
         ));
@@ -89,11 +92,18 @@ impl Kafka {
             stats,
             stopping: Default::default(),
         });
-        let producer = producer::create(&shared.config, Arc::downgrade(&shared))
-            .map_err(|source| StartError::Client { what: "producer", source })?;
+        let producer =
+            producer::create(&shared.config, Arc::downgrade(&shared)).map_err(|source| {
+                StartError::Client {
+                    what: "producer",
+                    source,
+                }
+            })?;
         let _ = shared.producer.set(producer);
-        let consumer = consumer::create(&shared, drain)
-            .map_err(|source| StartError::Client { what: "consumer", source })?;
+        let consumer = consumer::create(&shared, drain).map_err(|source| StartError::Client {
+            what: "consumer",
+            source,
+        })?;
         engine.add_readiness_check(readiness(Arc::downgrade(&shared)));
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()

@@ -89,8 +89,7 @@ pub fn decode(
         Format::JsonArray => {
             let kserve = json_array_body(&record.payload, config)?;
             let len = kserve.len();
-            let mut decoded =
-                decode_infer_request(&route.model, route.model_version, kserve, len)?;
+            let mut decoded = decode_infer_request(&route.model, route.model_version, kserve, len)?;
             decoded.encoding = OutputEncoding::default();
             decoded
         }
@@ -193,9 +192,8 @@ fn json_array_body(payload: &[u8], config: &ModelConfig) -> Result<Bytes, Error>
             input.name
         ))
     })?;
-    let data: Value = serde_json::from_slice(payload).map_err(|e| {
-        Error::invalid_argument(format!("the record's value is not JSON: {e}"))
-    })?;
+    let data: Value = serde_json::from_slice(payload)
+        .map_err(|e| Error::invalid_argument(format!("the record's value is not JSON: {e}")))?;
     if !data.is_array() {
         return Err(Error::invalid_argument(
             "the record's value is not a JSON array",

@@ -41,7 +41,7 @@ impl Offsets {
 
     /// The position to commit now, when it moved past what was committed
     /// or asked for; marks it asked for.
-    pub fn to_commit(&mut self) -> Option<i64> {
+    pub fn take_commit(&mut self) -> Option<i64> {
         let position = self.position()?;
         let known = self.requested.max(self.committed);
         if known.is_some_and(|k| k >= position) {
@@ -151,18 +151,18 @@ mod tests {
     fn a_position_is_committed_once_and_again_after_a_failure() {
         let mut offsets = Offsets::default();
         offsets.take(0);
-        assert_eq!(offsets.to_commit(), Some(0), "nothing committed yet");
-        assert_eq!(offsets.to_commit(), None, "asked for already");
+        assert_eq!(offsets.take_commit(), Some(0), "nothing committed yet");
+        assert_eq!(offsets.take_commit(), None, "asked for already");
         offsets.done(0);
-        assert_eq!(offsets.to_commit(), Some(1));
+        assert_eq!(offsets.take_commit(), Some(1));
         offsets.commit_result(1, false);
-        assert_eq!(offsets.to_commit(), Some(1), "the failed commit is retried");
+        assert_eq!(offsets.take_commit(), Some(1), "the failed commit is retried");
         offsets.commit_result(1, true);
         assert_eq!(offsets.committed(), Some(1));
-        assert_eq!(offsets.to_commit(), None);
+        assert_eq!(offsets.take_commit(), None);
         offsets.take(1);
         offsets.done(1);
-        assert_eq!(offsets.to_commit(), Some(2));
+        assert_eq!(offsets.take_commit(), Some(2));
     }
 
     #[test]

@@ -71,7 +71,10 @@ pub(crate) struct Partition {
 impl State {
     /// Records taken and not done, in every partition.
     pub fn in_flight(&self) -> usize {
-        self.partitions.values().map(|p| p.offsets.in_flight()).sum()
+        self.partitions
+            .values()
+            .map(|p| p.offsets.in_flight())
+            .sum()
     }
 }
 
@@ -161,7 +164,10 @@ impl Shared {
         loop {
             match attempt().await {
                 Err(e) if e.kind() == ErrorKind::Unavailable => {
-                    tracing::debug!("model unavailable, trying again in {wait:?}: {}", e.message());
+                    tracing::debug!(
+                        "model unavailable, trying again in {wait:?}: {}",
+                        e.message()
+                    );
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(RETRY_MAX);
                 }
@@ -191,15 +197,15 @@ impl Shared {
         let Some(producer) = self.producer.get() else {
             return;
         };
-        let headers = outgoing
-            .headers
-            .iter()
-            .fold(OwnedHeaders::new_with_capacity(outgoing.headers.len()), |h, (key, value)| {
+        let headers = outgoing.headers.iter().fold(
+            OwnedHeaders::new_with_capacity(outgoing.headers.len()),
+            |h, (key, value)| {
                 h.insert(Header {
                     key,
                     value: value.as_deref(),
                 })
-            });
+            },
+        );
         let mut base = BaseRecord::with_opaque_to(
             &outgoing.topic,
             Box::new(Sent {
@@ -225,7 +231,11 @@ impl Shared {
     /// not delivered is sent again later (its offset stays outstanding, so
     /// nothing is committed past it meanwhile).
     pub fn delivered(
-        self: &Arc<Self>, result: Result<(), KafkaError>, record: Arc<Record>, outgoing: Outgoing) {
+        self: &Arc<Self>,
+        result: Result<(), KafkaError>,
+        record: Arc<Record>,
+        outgoing: Outgoing,
+    ) {
         let counts = self.stats.route(record.route);
         match result {
             Ok(()) => {
@@ -236,7 +246,10 @@ impl Shared {
                     });
                 }
                 let mut state = self.state.lock();
-                if let Some(p) = state.partitions.get_mut(&(record.topic.clone(), record.partition)) {
+                if let Some(p) = state
+                    .partitions
+                    .get_mut(&(record.topic.clone(), record.partition))
+                {
                     p.offsets.done(record.offset);
                 }
                 drop(state);

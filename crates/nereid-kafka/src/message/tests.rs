@@ -49,9 +49,14 @@ fn header(name: &str, value: &str) -> (String, Option<Bytes>) {
 
 #[test]
 fn kserve_json_and_binary_bodies_decode_as_over_http() {
-    let json = br#"{"id":"r1","inputs":[{"name":"INPUT0","shape":[1,2],"datatype":"FP32","data":[1,2]}]}"#;
-    let decoded = decode(&route(Format::Kserve), &record(json, vec![]), &config(8, &[2]))
-        .expect("JSON body");
+    let json =
+        br#"{"id":"r1","inputs":[{"name":"INPUT0","shape":[1,2],"datatype":"FP32","data":[1,2]}]}"#;
+    let decoded = decode(
+        &route(Format::Kserve),
+        &record(json, vec![]),
+        &config(8, &[2]),
+    )
+    .expect("JSON body");
     assert_eq!(decoded.request.id, "r1");
     assert_eq!(decoded.request.inputs[0].shape, vec![1, 2]);
 
@@ -59,7 +64,16 @@ fn kserve_json_and_binary_bodies_decode_as_over_http() {
     let mut body = header_json.to_vec();
     body.extend_from_slice(&1f32.to_le_bytes());
     body.extend_from_slice(&2f32.to_le_bytes());
-    let mut binary = record(b"", vec![header("Inference-Header-Content-Length", &header_json.len().to_string()), header("id", "from-header")]);
+    let mut binary = record(
+        b"",
+        vec![
+            header(
+                "Inference-Header-Content-Length",
+                &header_json.len().to_string(),
+            ),
+            header("id", "from-header"),
+        ],
+    );
     binary.payload = Bytes::from(body);
     let decoded = decode(&route(Format::Kserve), &binary, &config(8, &[2])).expect("binary body");
     assert_eq!(decoded.request.inputs[0].data.len(), 8);
@@ -68,27 +82,47 @@ fn kserve_json_and_binary_bodies_decode_as_over_http() {
 
 #[test]
 fn a_bad_body_is_an_invalid_argument() {
-    let err = decode(&route(Format::Kserve), &record(b"not json", vec![]), &config(8, &[2]))
-        .expect_err("not JSON");
+    let err = decode(
+        &route(Format::Kserve),
+        &record(b"not json", vec![]),
+        &config(8, &[2]),
+    )
+    .expect_err("not JSON");
     assert_eq!(err.kind(), nereid_core::ErrorKind::InvalidArgument);
-    let err = decode(&route(Format::JsonArray), &record(b"{\"a\":1}", vec![]), &config(8, &[2]))
-        .expect_err("not an array");
+    let err = decode(
+        &route(Format::JsonArray),
+        &record(b"{\"a\":1}", vec![]),
+        &config(8, &[2]),
+    )
+    .expect_err("not an array");
     assert!(err.message().contains("not a JSON array"), "{err:?}");
 }
 
 #[test]
 fn json_arrays_take_the_input_from_the_config() {
-    let decoded = decode(&route(Format::JsonArray), &record(b"[1.5, 2.5]", vec![]), &config(8, &[2]))
-        .expect("array");
+    let decoded = decode(
+        &route(Format::JsonArray),
+        &record(b"[1.5, 2.5]", vec![]),
+        &config(8, &[2]),
+    )
+    .expect("array");
     let input = &decoded.request.inputs[0];
     assert_eq!(input.name, "INPUT0");
     assert_eq!(input.shape, vec![1, 2], "a batch of one is added");
     assert_eq!(input.data.len(), 8);
-    let decoded = decode(&route(Format::JsonArray), &record(b"[[1, 2], [3, 4]]", vec![]), &config(8, &[2]))
-        .expect("a batch");
+    let decoded = decode(
+        &route(Format::JsonArray),
+        &record(b"[[1, 2], [3, 4]]", vec![]),
+        &config(8, &[2]),
+    )
+    .expect("a batch");
     assert_eq!(decoded.request.inputs[0].shape, vec![2, 2]);
-    let err = decode(&route(Format::JsonArray), &record(b"[1, 2, 3]", vec![]), &config(0, &[2]))
-        .expect_err("three values for two");
+    let err = decode(
+        &route(Format::JsonArray),
+        &record(b"[[1, 2], [3]]", vec![]),
+        &config(8, &[2]),
+    )
+    .expect_err("a ragged array");
     assert_eq!(err.kind(), nereid_core::ErrorKind::InvalidArgument);
 }
 
@@ -119,9 +153,20 @@ fn response() -> InferResponse {
 
 #[test]
 fn answers_keep_the_key_and_headers_and_set_their_own_header_length() {
-    let input = record(b"x", vec![header("trace", "t1"), header("inference-header-content-length", "1")]);
-    let json = answer(&route(Format::Kserve), &input, &response(), &OutputEncoding::default())
-        .expect("JSON answer");
+    let input = record(
+        b"x",
+        vec![
+            header("trace", "t1"),
+            header("inference-header-content-length", "1"),
+        ],
+    );
+    let json = answer(
+        &route(Format::Kserve),
+        &input,
+        &response(),
+        &OutputEncoding::default(),
+    )
+    .expect("JSON answer");
     assert_eq!(json.key.as_deref(), Some(&b"k1"[..]));
     assert_eq!(json.headers, vec![header("trace", "t1")]);
     assert_eq!(json.topic, "out");
@@ -130,14 +175,20 @@ fn answers_keep_the_key_and_headers_and_set_their_own_header_length() {
     assert_eq!(body["id"], "r1");
     assert_eq!(body["outputs"][0]["data"], json!([3.0]));
 
-    let binary = OutputEncoding { default_binary: true, explicit: vec![] };
+    let binary = OutputEncoding {
+        default_binary: true,
+        explicit: vec![],
+    };
     let mut by_input = route(Format::Kserve);
     by_input.output_partition = OutputPartition::Input;
     let out = answer(&by_input, &input, &response(), &binary).expect("binary answer");
     assert_eq!(out.partition, Some(3));
     let (name, len) = out.headers.last().expect("header length").clone();
     assert_eq!(name, HEADER_CONTENT_LENGTH);
-    let len: usize = std::str::from_utf8(&len.expect("value")).expect("text").parse().expect("number");
+    let len: usize = std::str::from_utf8(&len.expect("value"))
+        .expect("text")
+        .parse()
+        .expect("number");
     assert_eq!(out.payload.len(), len + 4);
 }
 
