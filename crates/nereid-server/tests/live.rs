@@ -49,6 +49,7 @@ async fn start() -> (RunningServer, String) {
         restricted: Default::default(),
         tls: Default::default(),
         openai: None,
+        kafka: None,
     };
     let mut server = nereid_server::start(config).await.unwrap();
     server.wait_loaded().await.unwrap();

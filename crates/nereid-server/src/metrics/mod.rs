@@ -11,6 +11,7 @@ mod custom;
 mod families;
 mod gpu;
 mod histograms;
+mod kafka;
 mod summaries;
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use nereid_engine::Engine;
+use nereid_kafka::KafkaStatus;
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
 
@@ -78,6 +80,7 @@ impl Default for MetricsOptions {
 #[derive(Debug, Clone)]
 struct Metrics {
     engine: Engine,
+    kafka: Option<KafkaStatus>,
     options: Arc<MetricsOptions>,
     summaries: Option<Arc<Summaries>>,
     cpu: Arc<Mutex<Option<CpuReading>>>,
@@ -86,6 +89,7 @@ struct Metrics {
 
 pub async fn serve(
     engine: Engine,
+    kafka: Option<KafkaStatus>,
     options: MetricsOptions,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -103,6 +107,7 @@ pub async fn serve(
     nereid_engine::stats::set_latency_histograms(options.histogram_latencies.then_some(&buckets));
     let metrics = Metrics {
         engine,
+        kafka,
         options: Arc::new(options),
         summaries,
         cpu: Arc::default(),
@@ -164,6 +169,9 @@ impl Metrics {
             append(&mut text, &summaries.render());
         }
         append(&mut text, &histograms::render(&stats));
+        if let Some(kafka) = &self.kafka {
+            append(&mut text, &kafka::render(&kafka.snapshot()));
+        }
         append(
             &mut text,
             &custom::render(&self.engine.custom_metrics().snapshot()),
