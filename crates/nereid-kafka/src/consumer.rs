@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering as AtomicOrdering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rdkafka::config::ClientConfig;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
@@ -17,6 +17,7 @@ use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::{ClientContext, TopicPartitionList as Tpl};
 
+use crate::logs::{self, ErrorLog};
 use crate::message::Record;
 use crate::pipeline::Shared;
 
@@ -31,6 +32,7 @@ pub(crate) struct Context {
     pub shared: Arc<Shared>,
     /// How long a revocation waits for the records it takes away.
     pub drain: Duration,
+    pub errors: ErrorLog,
 }
 
 impl ClientContext for Context {
@@ -56,7 +58,11 @@ impl ClientContext for Context {
                 .connected
                 .store(false, AtomicOrdering::SeqCst);
         }
-        tracing::warn!("Kafka consumer: {error}: {reason}");
+        self.errors.error("consumer", &error, reason);
+    }
+
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        logs::line(level, facility, message);
     }
 }
 
@@ -108,6 +114,7 @@ pub(crate) fn create(shared: &Arc<Shared>, drain: Duration) -> KafkaResult<BaseC
     client.create_with_context(Context {
         shared: Arc::clone(shared),
         drain,
+        errors: ErrorLog::default(),
     })
 }
 

@@ -16,6 +16,7 @@
 
 mod config;
 mod consumer;
+mod logs;
 mod message;
 mod partition;
 mod pipeline;

@@ -156,7 +156,11 @@ mod tests {
         offsets.done(0);
         assert_eq!(offsets.take_commit(), Some(1));
         offsets.commit_result(1, false);
-        assert_eq!(offsets.take_commit(), Some(1), "the failed commit is retried");
+        assert_eq!(
+            offsets.take_commit(),
+            Some(1),
+            "the failed commit is retried"
+        );
         offsets.commit_result(1, true);
         assert_eq!(offsets.committed(), Some(1));
         assert_eq!(offsets.take_commit(), None);

@@ -4,11 +4,12 @@
 use std::sync::{Arc, Weak};
 
 use rdkafka::ClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::error::KafkaResult;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::producer::{DeliveryResult, ProducerContext, ThreadedProducer};
 
 use crate::config::KafkaConfig;
+use crate::logs::{self, ErrorLog};
 use crate::message::{Outgoing, Record};
 use crate::pipeline::Shared;
 
@@ -24,9 +25,18 @@ pub(crate) struct Sent {
 #[derive(Debug)]
 pub(crate) struct DeliveryContext {
     pub shared: Weak<Shared>,
+    pub errors: ErrorLog,
 }
 
-impl ClientContext for DeliveryContext {}
+impl ClientContext for DeliveryContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.errors.error("producer", &error, reason);
+    }
+
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        logs::line(level, facility, message);
+    }
+}
 
 impl ProducerContext for DeliveryContext {
     type DeliveryOpaque = Box<Sent>;
@@ -61,5 +71,8 @@ pub(crate) fn create(
     for (key, value) in &config.producer {
         client.set(key, value);
     }
-    client.create_with_context(DeliveryContext { shared })
+    client.create_with_context(DeliveryContext {
+        shared,
+        errors: ErrorLog::default(),
+    })
 }
