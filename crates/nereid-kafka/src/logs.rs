@@ -1,8 +1,9 @@
 //! librdkafka's log lines and errors in Nereid's log, without the flood: a
 //! broker that is down makes librdkafka report the same failure on every
-//! reconnect attempt, several times a second. An error is logged when it
-//! differs from the last one, or once per [`REPEAT`] while it repeats.
+//! reconnect attempt, several times a second. Each kind of error is
+//! logged once per [`REPEAT`] at most.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -11,23 +12,21 @@ use rdkafka::error::KafkaError;
 
 const REPEAT: Duration = Duration::from_secs(10);
 
-/// The last error a client logged, and when.
+/// When a client last logged each kind of error (librdkafka's few codes).
 #[derive(Debug, Default)]
 pub(crate) struct ErrorLog {
-    last: Mutex<Option<(String, Instant)>>,
+    last: Mutex<HashMap<String, Instant>>,
 }
 
 impl ErrorLog {
     pub fn error(&self, client: &str, error: &KafkaError, reason: &str) {
-        let line = format!("{error}: {reason}");
+        let kind = error.to_string();
         let mut last = self.last.lock();
-        let repeated = last
-            .as_ref()
-            .is_some_and(|(text, at)| *text == line && at.elapsed() < REPEAT);
-        if !repeated {
-            tracing::warn!("Kafka {client}: {line}");
-            *last = Some((line, Instant::now()));
+        if last.get(&kind).is_some_and(|at| at.elapsed() < REPEAT) {
+            return;
         }
+        tracing::warn!("Kafka {client}: {kind}: {reason}");
+        last.insert(kind, Instant::now());
     }
 }
 
