@@ -73,9 +73,14 @@ impl ConsumerContext for Context {
         }
     }
 
-    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(partitions) => {
+                // A partition paused before it was revoked starts afresh: its
+                // bookkeeping went with the revocation.
+                if let Err(error) = consumer.resume(partitions) {
+                    tracing::debug!("resuming newly assigned partitions: {error}");
+                }
                 self.shared.stats.joined.store(true, AtomicOrdering::SeqCst);
                 tracing::info!("Kafka partitions assigned: {}", describe(partitions));
             }

@@ -255,6 +255,16 @@ impl Shared {
                 drop(state);
                 self.changed.notify_all();
             }
+            Err(error) if !outgoing.dead_letter && !about_the_record(&error) => {
+                // The broker, not the answer: librdkafka gave up on it
+                // (message.timeout.ms) while the broker was away.
+                tracing::warn!(topic = %record.topic, partition = record.partition, offset = record.offset, "cannot deliver to '{}', trying again in {DEAD_LETTER_RETRY:?}: {error}", outgoing.topic);
+                let shared = Arc::clone(self);
+                self.runtime.spawn(async move {
+                    tokio::time::sleep(DEAD_LETTER_RETRY).await;
+                    shared.send(record, outgoing);
+                });
+            }
             Err(error) if !outgoing.dead_letter => {
                 if let Some(counts) = counts {
                     Stats::count(&counts.failed);
@@ -280,6 +290,17 @@ impl Shared {
     pub fn stopping(&self) -> bool {
         self.stopping.load(AtomicOrdering::SeqCst)
     }
+}
+
+/// Whether a failed delivery is the record's own fault (too large, not a
+/// valid record), so that sending it again cannot help: it becomes a dead
+/// letter. Any other failure is the broker's, and the answer is sent again.
+fn about_the_record(error: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::*;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(MessageSizeTooLarge | InvalidMessageSize | InvalidMessage | InvalidRecord)
+    )
 }
 
 async fn infer(engine: Engine, request: InferRequest) -> Result<InferResponse, Error> {
