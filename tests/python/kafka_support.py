@@ -166,7 +166,10 @@ def config_text(broker: Tansu, group: str, routes: list[dict], **top) -> str:
     lines = [f'brokers = "{broker.bootstrap}"', f'group_id = "{group}"',
              'dead_letter_topic = "dead-letters"']
     lines += [f"{k} = {json.dumps(v)}" for k, v in top.items()]
-    lines += ["[consumer]", '"session.timeout.ms" = "6000"', '"heartbeat.interval.ms" = "500"']
+    # fetch.wait.max.ms: with librdkafka's 500 ms, tansu served a consumer
+    # that pauses and resumes partitions about 20 times slower.
+    lines += ["[consumer]", '"session.timeout.ms" = "6000"', '"heartbeat.interval.ms" = "500"',
+              '"fetch.wait.max.ms" = "5"']
     # One record per batch in the answers too (see `produce`): the readers
     # here resume inside the output topics.
     lines += ["[producer]", '"batch.num.messages" = "1"']
