@@ -48,6 +48,7 @@ setup-test: setup setup-torch
 	scripts/setup-prometheus.sh
 	scripts/setup-redis.sh
 	scripts/setup-cloud-test.sh
+	scripts/setup-tansu.sh >/dev/null
 
 setup-torch: setup
 	scripts/setup-libtorch.sh >/dev/null
@@ -93,6 +94,7 @@ bench: setup-test release
 	benches/cache.sh
 	benches/batch.sh
 	benches/cloud_repository.sh
+	benches/kafka.sh
 	benches/instructions.sh
 
 ## Runs every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz);

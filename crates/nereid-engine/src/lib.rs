@@ -59,6 +59,10 @@ pub use source::check_load_request;
 pub use validate::{ValidatedRequest, validate};
 
 use registry::Registry;
+
+/// A condition of readiness that a part of the server outside the engine
+/// owns; see [`Engine::add_readiness_check`].
+pub type ReadinessCheck = Arc<dyn Fn() -> bool + Send + Sync>;
 use shared_memory::SharedMemoryRegistry;
 use source::Source;
 use stats::StatsSnapshot;
@@ -106,6 +110,9 @@ struct Inner {
     custom_metrics: Arc<CustomMetrics>,
     /// Version labels, splits, shadows and fallbacks of the models.
     traffic: traffic::Traffic,
+    /// Conditions other parts of the server add to readiness (a Kafka
+    /// consumer that has not joined its group yet).
+    readiness: RwLock<Vec<ReadinessCheck>>,
     /// The runtime the engine was made on, when there was one: repository
     /// loads and unloads run on its blocking pool, whichever runtime the
     /// request came in on (a connection thread's may stop first).
@@ -158,6 +165,7 @@ impl Engine {
                 in_flight: Arc::new(AtomicUsize::new(0)),
                 custom_metrics: Arc::default(),
                 traffic: traffic::Traffic::default(),
+                readiness: RwLock::new(Vec::new()),
             }),
         }
     }
@@ -311,9 +319,18 @@ impl Engine {
     /// Startup has finished, the server is not shutting down and, with
     /// strict readiness, every model is ready.
     pub fn is_ready(&self) -> bool {
-        self.inner.started.load(Ordering::SeqCst)
-            && !self.inner.stopping.load(Ordering::SeqCst)
-            && (!self.inner.options.strict_readiness || self.inner.registry.read().all_ready())
+        let started = self.inner.started.load(Ordering::SeqCst)
+            && !self.inner.stopping.load(Ordering::SeqCst);
+        let models = !self.inner.options.strict_readiness || self.inner.registry.read().all_ready();
+        // Apart from the registry's guard above: a check may read the
+        // registry itself.
+        started && models && self.inner.readiness.read().iter().all(|check| check())
+    }
+
+    /// Adds a condition to [`Engine::is_ready`]: the server is ready only
+    /// while `check` answers true too. HTTP's and gRPC's readiness follow.
+    pub fn add_readiness_check(&self, check: ReadinessCheck) {
+        self.inner.readiness.write().push(check);
     }
 
     /// Marks the server as shutting down: readiness turns false and the

@@ -17,6 +17,7 @@ use crate::tls::{EndpointTls, ServerTls};
 use crate::trace::{TraceOptions, Tracer};
 use anyhow::Context;
 use nereid_engine::{Engine, EngineOptions, LoadFailure, ModelControl};
+use nereid_kafka::{Kafka, KafkaConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -54,6 +55,8 @@ pub struct ServerConfig {
     pub openai: Option<OpenAiEndpoint>,
     /// Where routed requests and shadow comparisons are logged.
     pub route_log: Option<PathBuf>,
+    /// The Kafka routes (`--kafka-config`); `None` turns Kafka off.
+    pub kafka: Option<KafkaConfig>,
 }
 
 /// The restricted API groups of each endpoint.
@@ -97,6 +100,8 @@ pub struct RunningServer {
     frontends: Vec<JoinHandle<anyhow::Result<()>>>,
     loading: Option<JoinHandle<Vec<LoadFailure>>>,
     exit_on_error: bool,
+    /// The Kafka frontend, when configured; drained first at shutdown.
+    kafka: Option<Kafka>,
 }
 
 /// Binds every endpoint, starts serving and begins loading the models in
@@ -135,6 +140,15 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         tracer: tracer.clone(),
         limits: config.limits.clone(),
         restrictions,
+    };
+    // Before the metrics endpoint, which reports it; its consumer waits
+    // for the routes' models, so the background load below is no race.
+    let kafka = match config.kafka.clone() {
+        Some(kafka) => Some(
+            Kafka::start(kafka, engine.clone(), config.exit_timeout)
+                .context("cannot start the Kafka frontend")?,
+        ),
+        None => None,
     };
     let (stop, stopped) = watch::channel(false);
     let mut frontends = Vec::new();
@@ -178,6 +192,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::metrics::serve(
                 engine.clone(),
+                kafka.as_ref().map(Kafka::status),
                 config.metrics_options.clone(),
                 listener,
                 signal(&stopped),
@@ -225,6 +240,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         frontends,
         loading: Some(loading),
         exit_on_error: config.exit_on_error,
+        kafka,
     })
 }
 
@@ -306,14 +322,21 @@ impl RunningServer {
         Ok(())
     }
 
-    /// Drains, then stops: the server turns not ready at once and answers
+    /// Drains, then stops: the Kafka frontend, if any, stops taking records
+    /// and finishes and commits those it took; the server turns not ready at once and answers
     /// new requests UNAVAILABLE (503) while the requests it accepted
     /// finish, within the exit timeout; then the endpoints close (open
     /// streams end once their answers are sent) and the trace file is
     /// written.
     pub async fn shutdown(mut self) -> anyhow::Result<()> {
-        self.engine.begin_shutdown();
         let deadline = tokio::time::Instant::now() + self.exit_timeout;
+        if let Some(kafka) = self.kafka.take() {
+            // Kafka first, while the engine still takes requests: the
+            // records already taken finish and are committed (their
+            // readiness turned false at once), within the exit timeout.
+            kafka.shutdown().await;
+        }
+        self.engine.begin_shutdown();
         let accepted = self.engine.in_flight();
         let [http, grpc] = self.connections.each_ref().map(ConnectionLimit::open);
         tracing::info!(

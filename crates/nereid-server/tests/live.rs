@@ -50,6 +50,7 @@ async fn start() -> (RunningServer, String) {
         tls: Default::default(),
         openai: None,
         route_log: None,
+        kafka: None,
     };
     let mut server = nereid_server::start(config).await.unwrap();
     server.wait_loaded().await.unwrap();

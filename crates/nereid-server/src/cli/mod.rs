@@ -233,6 +233,12 @@ pub struct Args {
     #[command(flatten)]
     pub openai: OpenAiFlags,
 
+    /// A Kafka route file (TOML; docs/streaming.md): the brokers, the
+    /// consumer group, and routes from input topics through models to
+    /// output topics, delivered at least once. Off unless set.
+    #[arg(long, value_name = "PATH")]
+    pub kafka_config: Option<PathBuf>,
+
     /// Without a subcommand, nereid serves.
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -337,6 +343,11 @@ impl Args {
             restricted: self.restricted.restricted_apis()?,
             tls: self.tls.tls(self.allow_http, self.allow_grpc)?,
             openai: self.openai.endpoint(self.http_address)?,
+            kafka: self
+                .kafka_config
+                .as_deref()
+                .map(nereid_kafka::KafkaConfig::from_file)
+                .transpose()?,
             route_log: self.route_log,
         })
     }
@@ -465,6 +476,40 @@ mod tests {
         );
         assert!(args.allow_http && args.allow_grpc);
         assert_eq!(args.model_control_mode, ModelControlMode::Explicit);
+    }
+
+    #[test]
+    fn a_kafka_route_file_is_read_and_checked_before_the_server_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = format!("--model-repository={}", dir.path().display());
+        let config = |path: &std::path::Path| {
+            Args::try_parse_from([
+                "nereid",
+                &repo,
+                &format!("--kafka-config={}", path.display()),
+            ])
+            .unwrap()
+            .into_config()
+        };
+        let missing = config(&dir.path().join("none.toml")).unwrap_err();
+        assert!(
+            missing.to_string().contains("cannot read the Kafka config"),
+            "{missing}"
+        );
+        let file = dir.path().join("kafka.toml");
+        std::fs::write(&file, "brokers = \"b:1\"\ngroup_id = \"g\"\n").unwrap();
+        let empty = config(&file).unwrap_err();
+        assert!(empty.to_string().contains("no [[routes]]"), "{empty}");
+        let route = "[[routes]]\ninput_topic = \"i\"\nmodel = \"m\"\noutput_topic = \"o\"\ndead_letter_topic = \"d\"\n";
+        std::fs::write(
+            &file,
+            format!("brokers = \"b:1\"\ngroup_id = \"g\"\n{route}"),
+        )
+        .unwrap();
+        let kafka = config(&file).unwrap().kafka.unwrap();
+        assert_eq!(kafka.routes[0].model, "m");
+        let args = Args::try_parse_from(["nereid", &repo]).unwrap();
+        assert!(args.into_config().unwrap().kafka.is_none());
     }
 
     #[test]

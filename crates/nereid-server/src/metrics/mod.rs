@@ -11,6 +11,7 @@ mod custom;
 mod families;
 mod gpu;
 mod histograms;
+mod kafka;
 mod summaries;
 mod traffic;
 
@@ -23,6 +24,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use nereid_engine::Engine;
+use nereid_kafka::KafkaStatus;
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
 
@@ -79,6 +81,7 @@ impl Default for MetricsOptions {
 #[derive(Debug, Clone)]
 struct Metrics {
     engine: Engine,
+    kafka: Option<KafkaStatus>,
     options: Arc<MetricsOptions>,
     summaries: Option<Arc<Summaries>>,
     cpu: Arc<Mutex<Option<CpuReading>>>,
@@ -87,6 +90,7 @@ struct Metrics {
 
 pub async fn serve(
     engine: Engine,
+    kafka: Option<KafkaStatus>,
     options: MetricsOptions,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -104,6 +108,7 @@ pub async fn serve(
     nereid_engine::stats::set_latency_histograms(options.histogram_latencies.then_some(&buckets));
     let metrics = Metrics {
         engine,
+        kafka,
         options: Arc::new(options),
         summaries,
         cpu: Arc::default(),
@@ -165,6 +170,9 @@ impl Metrics {
             append(&mut text, &summaries.render());
         }
         append(&mut text, &histograms::render(&stats));
+        if let Some(kafka) = &self.kafka {
+            append(&mut text, &kafka::render(&kafka.snapshot()));
+        }
         append(
             &mut text,
             &traffic::render(
