@@ -3,7 +3,9 @@
 //! scrape time, the pending-request gauge, latency summaries and
 //! histograms when asked for, and CPU and GPU gauges refreshed every metrics interval. The text format
 //! is `metrics-exporter-prometheus`'s; the custom metric families models
-//! create follow, in prometheus-cpp's text as Triton serves them.
+//! create follow, in prometheus-cpp's text as Triton serves them. Models
+//! batching to a latency target add Nereid's shed counter and batcher
+//! gauges (`target.rs`).
 
 mod cache;
 mod cpu;
@@ -12,6 +14,7 @@ mod families;
 mod gpu;
 mod histograms;
 mod summaries;
+mod target;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -164,6 +167,7 @@ impl Metrics {
             append(&mut text, &summaries.render());
         }
         append(&mut text, &histograms::render(&stats));
+        append(&mut text, &target::render(&activity));
         append(
             &mut text,
             &custom::render(&self.engine.custom_metrics().snapshot()),
