@@ -173,7 +173,6 @@ impl<T: Pending> QueueState<T> {
         let due = match &mut self.planner {
             None => None,
             Some(planner) => {
-                planner.arrived(now, self.returning > 0);
                 let budget = planner.budget(item.timeout());
                 let ahead: u64 = self.levels[..=level]
                     .iter()
@@ -185,6 +184,7 @@ impl<T: Pending> QueueState<T> {
                     let error = target::shed_error(&self.config.model, planner.target(), late);
                     return Err((item, error));
                 }
+                planner.arrived(now, self.returning > 0);
                 Some(now + budget)
             }
         };
