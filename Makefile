@@ -93,6 +93,8 @@ bench: setup-test release
 	benches/cache.sh
 	benches/cloud_repository.sh
 	benches/instructions.sh
+	@if [ -n "$$TRITON_BACKEND_DIR" ]; then benches/latency_target.sh; \
+	else echo "benches/latency_target.sh skipped: it needs TRITON_BACKEND_DIR (Triton's native ONNX Runtime backend)"; fi
 
 ## Runs every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz);
 ## crashes land in fuzz/artifacts/<target>/. Not part of `make test`, which

@@ -2,12 +2,14 @@
 binary: batching to a target holds p99 under it while load ramps from 1 to
 64 clients, and sheds with Retry-After past capacity.
 
-The model (latency_target/slow_batch) sleeps 20 ms + 3 ms per inference
-for each batch, at most 16 inferences (68 ms), so its cost does not depend
-on how busy the machine is; the target is 300 ms. Up to 16 closed-loop
-clients fit; 64 do not (four full batches queued ahead, 272 ms, plus the
-one running), so some of their requests are refused at once, and the
-answered ones still meet the target. The p99 bound is the feature's
+The model (latency_target/slow_batch) sleeps 40 ms + 5 ms per inference
+for each batch, at most 16 inferences (120 ms), so its cost does not
+depend on how busy the machine is; the target is 500 ms, of which the
+batcher plans for 400. Up to 16 closed-loop clients fit; 64 do not (four
+full batches queued ahead, 480 ms, plus the one running), so some of
+their requests are refused at once, and the answered ones still meet the
+target. The rest of the target is the margin for what the batcher does
+not see (HTTP, the clients' own threads on a busy 2-core machine). The p99 bound is the feature's
 promise, checked against the configured target, not a speed."""
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from tritonclient.utils import InferenceServerException
 from conftest import REPO_ROOT, start_server, stop_server
 
 MODELS = REPO_ROOT / "tests" / "python" / "latency_target"
-TARGET_S = 0.300
+TARGET_S = 0.500
 STAGES = [1, 4, 16, 64]
 STAGE_SECONDS = 4.0
 
@@ -46,7 +48,7 @@ def server(tmp_path_factory):
         config.replace('name: "slow_batch"', 'name: "target_without_batching"')
         .replace("dynamic_batching { }", "")
     )
-    s = start_server(tmp, [repo])
+    s = start_server(tmp, [repo], ["--exit-on-error=false", "--strict-readiness=false"])
     yield s
     assert stop_server(s) == 0, s.log()
 
@@ -144,7 +146,7 @@ def test_p99_holds_under_the_target_from_1_to_64_clients_and_sheds_past_capacity
         assert int(r.headers["Retry-After"]) >= 1, r.headers
         assert r.headers["Content-Type"] == "application/json"
         error = r.json()["error"]
-        assert "cannot be served within its latency target of 300 ms" in error, error
+        assert "cannot be served within its latency target of 500 ms" in error, error
     # Counted by Nereid's family and as Triton's REJECTED failures.
     counted = metric(server, "nereid_requests_shed_total", model="slow_batch", version="1")
     assert counted >= sum(len(load.refusals) for load in results.values())
@@ -152,12 +154,12 @@ def test_p99_holds_under_the_target_from_1_to_64_clients_and_sheds_past_capacity
         server, "nv_inference_request_failure", model="slow_batch", reason="REJECTED"
     )
     assert rejected >= counted
-    # The batcher's learnt cost: about 20 ms a batch and 3 ms an inference
+    # The batcher's learnt cost: about 40 ms a batch and 5 ms an inference
     # (the Python backend's own overhead adds a little).
     per_inference = metric(server, "nereid_batcher_cost_per_inference_us", model="slow_batch")
-    assert 2000 < per_inference < 6000, per_inference
+    assert 3500 < per_inference < 8000, per_inference
     assert metric(server, "nereid_batcher_batch_limit", model="slow_batch") == 16
-    assert 0 < metric(server, "nereid_batcher_budget_ratio", model="slow_batch") <= 0.9
+    assert 0 < metric(server, "nereid_batcher_budget_ratio", model="slow_batch") <= 0.8
 
 
 def test_a_request_that_cannot_be_served_in_time_is_refused_over_http_and_grpc(server):
@@ -168,7 +170,7 @@ def test_a_request_that_cannot_be_served_in_time_is_refused_over_http_and_grpc(s
     r = requests.post(f"{server.base}/v2/models/slow_batch/infer", json=hurried)
     assert r.status_code == 503, r.text
     assert r.headers["Retry-After"] == "1"
-    assert "latency target of 300 ms" in r.json()["error"]
+    assert "latency target of 500 ms" in r.json()["error"]
 
     request = service_pb2.ModelInferRequest(model_name="slow_batch")
     request.parameters["timeout"].int64_param = 2000
@@ -180,7 +182,7 @@ def test_a_request_that_cannot_be_served_in_time_is_refused_over_http_and_grpc(s
             stub.ModelInfer(request, timeout=30)
     error = refused.value
     assert error.code() == grpc.StatusCode.UNAVAILABLE
-    assert "latency target of 300 ms" in error.details()
+    assert "latency target of 500 ms" in error.details()
     trailing = dict(error.trailing_metadata() or ())
     assert trailing.get("retry-after") == "1", trailing
 

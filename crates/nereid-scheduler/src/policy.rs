@@ -129,7 +129,7 @@ impl BatcherConfig {
             if latency_target.is_some() {
                 return Err(invalid(
                     &config.name,
-                    "parameters",
+                    "parameter",
                     TARGET_KEY,
                     "needs dynamic_batching",
                 ));

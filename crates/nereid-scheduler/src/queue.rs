@@ -38,6 +38,7 @@
 //! when it arrives. `max_queue_delay`, when set, still bounds the wait.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use nereid_core::Error;
 use tokio::time::Instant;
@@ -184,7 +185,11 @@ impl<T: Pending> QueueState<T> {
                     let error = target::shed_error(&self.config.model, planner.target(), late);
                     return Err((item, error));
                 }
-                planner.arrived(now, self.returning > 0);
+                let prompted = self.returning > 0;
+                if let (true, Some(at)) = (prompted, self.last_answer) {
+                    planner.returned(now.saturating_duration_since(at));
+                }
+                planner.arrived(now, prompted);
                 Some(now + budget)
             }
         };
@@ -212,14 +217,19 @@ impl<T: Pending> QueueState<T> {
     /// Arrivals still expected from answered clients; forgotten once a
     /// queue delay has passed since the last answer.
     fn expected_back(&self, now: Instant) -> usize {
-        let horizon = self
-            .planner
-            .as_ref()
-            .map_or(self.config.max_queue_delay, Planner::target);
         match self.last_answer {
-            Some(at) if now < at + horizon => self.returning,
+            Some(at) if now < at + self.return_horizon() => self.returning,
             _ => 0,
         }
+    }
+
+    /// How long after an answer its client is still expected back: the
+    /// queue delay, or with a latency target, what the planner learnt of
+    /// how soon clients come back.
+    fn return_horizon(&self) -> Duration {
+        self.planner
+            .as_ref()
+            .map_or(self.config.max_queue_delay, Planner::return_horizon)
     }
 
     /// Expires and prunes the queue, then decides whether to dispatch a
@@ -290,7 +300,9 @@ impl<T: Pending> QueueState<T> {
             total: candidate.total,
             due: candidate.due.unwrap_or(now),
             can_grow: !candidate.overflow && candidate.total < self.config.max_batch_size,
-            expected_back: self.expected_back(now),
+            back_until: (self.expected_back(now) > 0)
+                .then(|| self.last_answer.map(|at| at + self.return_horizon()))
+                .flatten(),
         };
         let decision = match planner.decide(now, view) {
             // A configured delay still bounds the wait.

@@ -20,10 +20,14 @@ use tokio::time::Instant;
 
 use crate::cost::CostModel;
 
-/// The budget factor's range and start: at most 90 % of the target is
+/// The budget factor's range and start: at most 80 % of the target is
 /// planned for, which leaves room for what happens outside the batcher
-/// (decoding, answering, the network).
-const SCALE_MAX: f64 = 0.9;
+/// (decoding, answering, the network, a client's own threads).
+const SCALE_MAX: f64 = 0.8;
+/// A request misses, for the controller, when the batcher saw it take
+/// longer than this share of the target: what the batcher does not see
+/// still has to fit in the rest.
+const MISS_AT: f64 = 0.9;
 const SCALE_MIN: f64 = 0.2;
 /// The controller's steps: a batch that used up the allowed misses cuts
 /// the budget by this factor; any other batch adds this much back.
@@ -32,6 +36,10 @@ const INCREASE: f64 = 0.002;
 /// Misses forgiven at most at once, in requests: the credit a long run of
 /// good batches builds up.
 const CREDIT_MAX: f64 = 2.0;
+/// How long clients are expected back after an answer before any came
+/// back, and at least.
+const RETURN_UNKNOWN: Duration = Duration::from_millis(5);
+const RETURN_MIN: Duration = Duration::from_millis(1);
 
 /// The target a model's config sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,8 +139,8 @@ pub struct Candidate {
     pub due: Instant,
     /// Whether another request could still join it.
     pub can_grow: bool,
-    /// Arrivals expected from clients just answered.
-    pub expected_back: usize,
+    /// Until when clients just answered are expected back, if any are.
+    pub back_until: Option<Instant>,
 }
 
 /// The latency-target planner of one model.
@@ -146,6 +154,8 @@ pub struct Planner {
     credit: f64,
     /// Mean gap between arrivals no answer prompted, and the last one.
     mean_gap: Option<Duration>,
+    /// Mean time from an answer to the arrival it prompted.
+    mean_return: Option<Duration>,
     last_arrival: Option<Instant>,
     running: Vec<Running>,
     next_id: u64,
@@ -163,6 +173,7 @@ impl Planner {
             scale: SCALE_MAX,
             credit: CREDIT_MAX,
             mean_gap: None,
+            mean_return: None,
             last_arrival: None,
             running: Vec::new(),
             next_id: 0,
@@ -194,24 +205,42 @@ impl Planner {
         if prompted {
             return;
         }
-        if let Some(last) = self.last_arrival {
-            let gap = now - last;
-            self.mean_gap = Some(match self.mean_gap {
-                None => gap,
-                Some(mean) => mean.mul_f64(0.9) + gap.mul_f64(0.1),
-            });
-        }
+        // A gap longer than the target is a pause, not part of a stream: the
+        // stream's rate is learnt afresh from the next gaps.
+        let gap = self.last_arrival.map(|last| now - last);
+        self.mean_gap = match (gap, self.mean_gap) {
+            (Some(gap), _) if gap > self.config.target => None,
+            (Some(gap), None) => Some(gap),
+            (Some(gap), Some(mean)) => Some(mean.mul_f64(0.9) + gap.mul_f64(0.1)),
+            (None, mean) => mean,
+        };
         self.last_arrival = Some(now);
     }
 
-    /// Unprompted arrivals per second, as the recent gaps tell; falls as
-    /// the time since the last one grows.
-    fn arrival_rate(&self, now: Instant) -> f64 {
-        let (Some(mean), Some(last)) = (self.mean_gap, self.last_arrival) else {
-            return 0.0;
-        };
-        let gap = mean.max(now - last).as_secs_f64();
-        if gap <= 0.0 { f64::MAX } else { 1.0 / gap }
+    /// An answered client came back `after` its answer.
+    pub fn returned(&mut self, after: Duration) {
+        self.mean_return = Some(match self.mean_return {
+            None => after,
+            Some(mean) => mean.mul_f64(0.9) + after.mul_f64(0.1),
+        });
+    }
+
+    /// How long after an answer its client is still expected back: four
+    /// times the usual return (1 ms at least), 5 ms before any is seen,
+    /// never more than the budget. A client that went away then costs the
+    /// batch that waited for it no more than that.
+    pub fn return_horizon(&self) -> Duration {
+        let usual = self
+            .mean_return
+            .map_or(RETURN_UNKNOWN, |mean| (mean * 4).max(RETURN_MIN));
+        usual.min(self.budget(None))
+    }
+
+    /// Until when the next unprompted arrival is due: two mean gaps after
+    /// the last one (an open-loop stream at that rate brings one by then
+    /// six times in seven).
+    fn next_arrival_due(&self) -> Option<Instant> {
+        Some(self.last_arrival? + self.mean_gap? * 2)
     }
 
     /// The largest batch whose pessimistic cost fits the budget.
@@ -240,43 +269,41 @@ impl Planner {
         if self.cost.observations() == 0 {
             return Decision::Go { limit: c.total };
         }
-        let cap = self.batch_limit();
-        // The most of it that can still start in time for the oldest.
-        let mut in_time = c.total.min(cap);
-        while in_time > 1 && now + self.pessimistic(in_time) > c.due {
-            in_time -= 1;
-        }
-        // An oldest request that is late anyway is served in a full batch:
-        // trimming then would only slow the requests behind it.
-        let limit = if now + self.pessimistic(1) > c.due {
-            cap
-        } else {
-            in_time
-        };
-        if c.total >= cap || !c.can_grow {
+        // Never trimmed below the limit to hurry its oldest request: the
+        // requests were admitted on the promise of full batches, and
+        // smaller ones would make everything behind them later.
+        let limit = self.batch_limit();
+        if c.total >= limit || !c.can_grow {
             return Decision::Go { limit };
         }
         // The latest start of a batch one request larger.
         let Some(start) = c.due.checked_sub(self.pessimistic(c.total + 1)) else {
             return Decision::Go { limit };
         };
-        if start <= now || self.expected_arrivals(now, start, c.expected_back) < 1.0 {
-            return Decision::Go { limit };
+        match self.worth_waiting_until(now, c.back_until) {
+            Some(until) if start > now => Decision::Wait {
+                until: until.min(start),
+            },
+            _ => Decision::Go { limit },
         }
-        Decision::Wait { until: start }
     }
 
-    /// Requests expected before `until`: the unprompted rate, clients just
-    /// answered, and the clients of running batches that finish by then.
-    fn expected_arrivals(&self, now: Instant, until: Instant, expected_back: usize) -> f64 {
-        let window = (until - now).as_secs_f64();
-        let returning: u64 = self
+    /// How long more requests may still come, if any may: clients just
+    /// answered, the next of a stream of unprompted arrivals, the clients
+    /// of batches running on other instances once answered. With none,
+    /// waiting cannot make the batch bigger.
+    fn worth_waiting_until(&self, now: Instant, back_until: Option<Instant>) -> Option<Instant> {
+        let horizon = self.return_horizon();
+        let running = self
             .running
             .iter()
-            .filter(|r| r.dispatched + self.cost.predict(r.inferences).unwrap_or_default() <= until)
-            .map(|r| r.submitted.len() as u64)
-            .sum();
-        self.arrival_rate(now) * window + expected_back as f64 + returning as f64
+            .map(|r| r.dispatched + self.cost.predict(r.inferences).unwrap_or_default() + horizon);
+        [back_until, self.next_arrival_due()]
+            .into_iter()
+            .flatten()
+            .chain(running)
+            .filter(|&t| t > now)
+            .max()
     }
 
     /// Whether a request of `size` inferences, with `ahead` inferences
@@ -351,7 +378,7 @@ impl Planner {
         };
         let batch = self.running.swap_remove(i);
         self.cost.observe(batch.inferences, at - batch.dispatched);
-        let target = self.config.target;
+        let target = scaled(self.config.target, MISS_AT);
         let misses = batch
             .submitted
             .iter()
