@@ -104,7 +104,9 @@ impl CostModel {
     /// The expected cost of a batch of `size`.
     pub fn predict(&self, size: u64) -> Option<Duration> {
         let fit = self.fit()?;
-        Some(micros(fit.intercept_us + fit.per_inference_us * size as f64))
+        Some(micros(
+            fit.intercept_us + fit.per_inference_us * size as f64,
+        ))
     }
 
     /// A cost that a batch of `size` rarely exceeds: the expected one plus

@@ -23,8 +23,8 @@ mod target;
 pub mod work_queue;
 
 pub use batcher::{BatcherHandle, Dispatch, SlotPermit, spawn};
-pub use ordering::{OrderTicket, ResponseOrder};
 pub use cost::{CostModel, Fit};
+pub use ordering::{OrderTicket, ResponseOrder};
 pub use policy::{
     BatcherConfig, ConfigError, LevelPolicy, PERCENTILE_KEY, TARGET_KEY, TimeoutAction,
     latency_target,
@@ -34,11 +34,11 @@ pub use seam::{
     BatchingScheduler, DirectScheduler, Inline, Plan, Scheduler, Started, plan, queue_full, start,
     unloading,
 };
-pub use target::{LatencyTarget, TargetGauges, TargetSnapshot};
 pub use sequence::{
     CorrelationId, DEFAULT_MAX_BACKLOG, Farewell, Placement, SequenceBatcher, SequenceConfig,
     SequenceState, SequenceStep, Strategy,
 };
+pub use target::{LatencyTarget, TargetGauges, TargetSnapshot};
 
 use std::time::Duration;
 

@@ -367,6 +367,67 @@ mod tests {
         assert_eq!(b.level_of(9), 1);
     }
 
+    fn with_parameters(db: Option<ModelDynamicBatching>, pairs: &[(&str, &str)]) -> ModelConfig {
+        let mut c = config(db.unwrap_or_default());
+        if db.is_none() {
+            c.scheduling_choice = None;
+        }
+        for (k, v) in pairs {
+            c.parameters.insert(
+                k.to_string(),
+                nereid_core::model_config::ModelParameter {
+                    string_value: v.to_string(),
+                },
+            );
+        }
+        c
+    }
+
+    #[test]
+    fn reads_a_latency_target_and_its_percentile() {
+        let db = Some(ModelDynamicBatching::default());
+        let read = |pairs: &[(&str, &str)]| {
+            BatcherConfig::from_model_config(&with_parameters(db.clone(), pairs))
+                .map(|b| b.and_then(|b| b.latency_target))
+        };
+        assert_eq!(read(&[]), Ok(None));
+        assert_eq!(
+            read(&[(TARGET_KEY, " 12.5 ")]),
+            Ok(Some(LatencyTarget {
+                target: Duration::from_micros(12_500),
+                percentile_milli: 99_000,
+            }))
+        );
+        assert_eq!(
+            read(&[(TARGET_KEY, "50"), (PERCENTILE_KEY, "99.9")]),
+            Ok(Some(LatencyTarget {
+                target: Duration::from_millis(50),
+                percentile_milli: 99_900,
+            }))
+        );
+        for (pairs, named) in [
+            (&[(TARGET_KEY, "0")][..], TARGET_KEY),
+            (&[(TARGET_KEY, "fast")][..], TARGET_KEY),
+            (
+                &[(TARGET_KEY, "50"), (PERCENTILE_KEY, "100")][..],
+                PERCENTILE_KEY,
+            ),
+            (
+                &[(PERCENTILE_KEY, "99")][..],
+                "needs nereid.latency_target_ms",
+            ),
+        ] {
+            let error = read(pairs).unwrap_err().to_string();
+            assert!(error.contains(named), "{pairs:?}: {error}");
+        }
+        let without = with_parameters(None, &[(TARGET_KEY, "50")]);
+        let error = BatcherConfig::from_model_config(&without).unwrap_err();
+        assert!(
+            error.to_string().contains("needs dynamic_batching"),
+            "{error}"
+        );
+    }
+
     #[test]
     fn refuses_what_it_cannot_honour() {
         let bad = config(ModelDynamicBatching {

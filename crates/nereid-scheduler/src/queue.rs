@@ -175,11 +175,7 @@ impl<T: Pending> QueueState<T> {
             None => None,
             Some(planner) => {
                 let budget = planner.budget(item.timeout());
-                let ahead: u64 = self.levels[..=level]
-                    .iter()
-                    .flatten()
-                    .map(|e| e.size)
-                    .sum();
+                let ahead: u64 = self.levels[..=level].iter().flatten().map(|e| e.size).sum();
                 if let Err(late) = planner.admit(now, size, ahead, budget, self.instances) {
                     planner.shed();
                     let error = target::shed_error(&self.config.model, planner.target(), late);
@@ -462,11 +458,7 @@ impl<T: Pending> QueueState<T> {
     }
 
     /// As [`Self::take`], with when each was submitted.
-    fn take_with_times(
-        &mut self,
-        picked: &[(usize, usize)],
-        limit: u64,
-    ) -> (Vec<T>, Vec<Instant>) {
+    fn take_with_times(&mut self, picked: &[(usize, usize)], limit: u64) -> (Vec<T>, Vec<Instant>) {
         let mut chosen = Vec::new();
         let mut total = 0;
         for &(q, i) in picked {

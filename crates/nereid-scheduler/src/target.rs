@@ -379,13 +379,8 @@ impl Planner {
         let batch = self.running.swap_remove(i);
         self.cost.observe(batch.inferences, at - batch.dispatched);
         let target = scaled(self.config.target, MISS_AT);
-        let misses = batch
-            .submitted
-            .iter()
-            .filter(|&&s| at - s > target)
-            .count();
-        self.credit = (self.credit
-            + self.config.miss_allowance() * batch.submitted.len() as f64
+        let misses = batch.submitted.iter().filter(|&&s| at - s > target).count();
+        self.credit = (self.credit + self.config.miss_allowance() * batch.submitted.len() as f64
             - misses as f64)
             .min(CREDIT_MAX);
         if self.credit < 0.0 {

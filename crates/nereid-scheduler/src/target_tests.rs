@@ -57,7 +57,10 @@ async fn the_batch_limit_is_the_largest_whose_cost_fits_the_budget() {
     teach(&mut planner, &[1, 2, 4, 8, 16, 32]).await;
     let snapshot = planner.gauges().snapshot();
     assert!((snapshot.intercept_us - 5000.0).abs() < 1.0, "{snapshot:?}");
-    assert!((snapshot.per_inference_us - 1000.0).abs() < 1.0, "{snapshot:?}");
+    assert!(
+        (snapshot.per_inference_us - 1000.0).abs() < 1.0,
+        "{snapshot:?}"
+    );
     // Budget 80 ms (0.8 of the target): 5 + b <= 80.
     assert_eq!(snapshot.batch_limit, 75);
     assert_eq!(planner.batch_limit(), 75);
@@ -78,7 +81,10 @@ async fn waits_for_expected_arrivals_until_the_latest_start_then_goes() {
     let due = now + planner.budget(None);
     let c = candidate(2, due);
     // The next arrival is due within two gaps of the last (1 ms ago).
-    assert_eq!(planner.decide(now, c), Decision::Wait { until: now + ms(1) });
+    assert_eq!(
+        planner.decide(now, c),
+        Decision::Wait { until: now + ms(1) }
+    );
     // Clients expected back for long: at most until the latest start of a
     // batch of 3, 80 ms - (5 + 3) ms.
     let back = Candidate {
@@ -87,7 +93,9 @@ async fn waits_for_expected_arrivals_until_the_latest_start_then_goes() {
     };
     assert_eq!(
         planner.decide(now, back),
-        Decision::Wait { until: now + ms(72) }
+        Decision::Wait {
+            until: now + ms(72)
+        }
     );
     // A stream that stopped: no wait.
     advance(ms(2)).await;
@@ -119,7 +127,10 @@ async fn nobody_coming_means_no_wait() {
         back_until: Some(now + ms(5)),
         ..candidate(1, due)
     };
-    assert_eq!(planner.decide(now, c), Decision::Wait { until: now + ms(5) });
+    assert_eq!(
+        planner.decide(now, c),
+        Decision::Wait { until: now + ms(5) }
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -234,7 +245,10 @@ async fn the_queue_learns_costs_and_sheds_on_arrival() {
     let (refused, error) = q.push(req(4), Instant::now()).unwrap_err();
     assert_eq!(refused.id, 4);
     assert_eq!(error.kind(), nereid_core::ErrorKind::Unavailable);
-    assert!(error.message().contains("latency target of 50 ms"), "{error}");
+    assert!(
+        error.message().contains("latency target of 50 ms"),
+        "{error}"
+    );
     assert_eq!(error.retry_after_secs(), Some(1));
     assert_eq!(gauges.snapshot().shed, 1);
     // Once it is back, a request fits again.
@@ -278,7 +292,10 @@ async fn a_configured_delay_bounds_the_wait() {
     assert!(step.dispatch.is_none());
     assert_eq!(step.wake_at, Some(Instant::now() + ms(5)));
     advance(ms(5)).await;
-    assert_eq!(q.step(Instant::now(), 1, 0).dispatch.map(|d| d.len()), Some(1));
+    assert_eq!(
+        q.step(Instant::now(), 1, 0).dispatch.map(|d| d.len()),
+        Some(1)
+    );
 }
 
 /// A client expected back that went away holds a batch only as long as
@@ -331,7 +348,10 @@ async fn a_pause_in_arrivals_is_not_a_slow_stream() {
     // Gaps of 1 ms: the next is due 1 ms from now, not seconds.
     let now = Instant::now();
     let c = candidate(3, now + ms(90));
-    assert_eq!(planner.decide(now, c), Decision::Wait { until: now + ms(1) });
+    assert_eq!(
+        planner.decide(now, c),
+        Decision::Wait { until: now + ms(1) }
+    );
     advance(ms(1)).await;
     assert_eq!(
         planner.decide(Instant::now(), c),

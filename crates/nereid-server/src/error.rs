@@ -61,7 +61,14 @@ mod tests {
         assert_eq!(status.message(), "later");
         assert_eq!(status.metadata().get(RETRY_AFTER).unwrap(), "2");
         let brief = Error::unavailable("soon").with_retry_after(Duration::from_millis(3));
-        assert_eq!(grpc_status(&brief).metadata().get(RETRY_AFTER).unwrap(), "1");
-        assert!(grpc_status(&Error::unavailable("full")).metadata().is_empty());
+        assert_eq!(
+            grpc_status(&brief).metadata().get(RETRY_AFTER).unwrap(),
+            "1"
+        );
+        assert!(
+            grpc_status(&Error::unavailable("full"))
+                .metadata()
+                .is_empty()
+        );
     }
 }
