@@ -368,8 +368,9 @@ mod tests {
     }
 
     fn with_parameters(db: Option<ModelDynamicBatching>, pairs: &[(&str, &str)]) -> ModelConfig {
+        let batching = db.is_some();
         let mut c = config(db.unwrap_or_default());
-        if db.is_none() {
+        if !batching {
             c.scheduling_choice = None;
         }
         for (k, v) in pairs {

@@ -236,11 +236,15 @@ impl Planner {
         usual.min(self.budget(None))
     }
 
-    /// Until when the next unprompted arrival is due: two mean gaps after
-    /// the last one (an open-loop stream at that rate brings one by then
-    /// six times in seven).
+    /// Until when the next unprompted arrival is due, when waiting for it
+    /// pays: two mean gaps after the last one (an open-loop stream at that
+    /// rate brings one by then six times in seven), if the gap is shorter
+    /// than a batch's fixed cost. A longer wait would cost the requests
+    /// waiting more than the execution it saves.
     fn next_arrival_due(&self) -> Option<Instant> {
-        Some(self.last_arrival? + self.mean_gap? * 2)
+        let gap = self.mean_gap?;
+        let fixed = self.cost.fit()?.intercept_us;
+        (gap.as_secs_f64() * 1e6 < fixed).then_some(self.last_arrival? + gap * 2)
     }
 
     /// The largest batch whose pessimistic cost fits the budget.

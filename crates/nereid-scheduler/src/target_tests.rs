@@ -358,3 +358,31 @@ async fn a_pause_in_arrivals_is_not_a_slow_stream() {
         Decision::Go { limit: 64 }
     );
 }
+
+/// Arrivals further apart than a batch's fixed cost are not waited for:
+/// the wait would cost more than the execution it saves.
+#[tokio::test(start_paused = true)]
+async fn a_sparse_stream_is_not_waited_for() {
+    let mut planner = Planner::new(target(100), 64);
+    // 5 ms per batch, 1 ms per inference.
+    teach(&mut planner, &[1, 2, 4]).await;
+    for _ in 0..5 {
+        planner.arrived(Instant::now(), false);
+        advance(ms(8)).await;
+    }
+    let now = Instant::now();
+    assert_eq!(
+        planner.decide(now, candidate(1, now + ms(80))),
+        Decision::Go { limit: 64 }
+    );
+    for _ in 0..30 {
+        planner.arrived(Instant::now(), false);
+        advance(ms(3)).await;
+    }
+    let now = Instant::now();
+    // A 3 ms gap (the mean still carries some of the 8 ms ones).
+    assert!(matches!(
+        planner.decide(now, candidate(1, now + ms(80))),
+        Decision::Wait { .. }
+    ));
+}
