@@ -2,13 +2,13 @@
 binary: batching to a target holds p99 under it while load ramps from 1 to
 64 clients, and sheds with Retry-After past capacity.
 
-The model (latency_target/slow_batch) sleeps 40 ms + 5 ms per inference
-for each batch, at most 16 inferences (120 ms), so its cost does not
-depend on how busy the machine is; the target is 500 ms, of which the
-batcher plans for 400. Up to 16 closed-loop clients fit; 64 do not (four
-full batches queued ahead, 480 ms, plus the one running), so some of
-their requests are refused at once, and the answered ones still meet the
-target. The rest of the target is the margin for what the batcher does
+The model (latency_target/slow_batch) sleeps 80 ms + 10 ms per inference
+for each batch, at most 16 inferences (240 ms), so its cost does not
+depend on how busy the machine is; the target is 1 s, of which the
+batcher plans for 800 ms. Up to 16 closed-loop clients fit; 64 do not
+(four full batches queued ahead, 960 ms, plus the one running), so some
+of their requests are refused at once, and the answered ones still meet
+the target. The rest of the target is the margin for what the batcher does
 not see (HTTP, the clients' own threads on a busy 2-core machine). The p99 bound is the feature's
 promise, checked against the configured target, not a speed."""
 
@@ -29,7 +29,7 @@ from tritonclient.utils import InferenceServerException
 from conftest import REPO_ROOT, start_server, stop_server
 
 MODELS = REPO_ROOT / "tests" / "python" / "latency_target"
-TARGET_S = 0.500
+TARGET_S = 1.0
 STAGES = [1, 4, 16, 64]
 STAGE_SECONDS = 4.0
 
@@ -64,7 +64,7 @@ def body(rows: int = 1) -> dict:
 
 class Load:
     """Closed-loop HTTP clients: each sends its next request when the last
-    is answered; a refused one waits 20 ms before the next."""
+    is answered; a refused one waits what Retry-After says."""
 
     def __init__(self, server, clients: int):
         self.url = f"{server.base}/v2/models/slow_batch/infer"
@@ -91,7 +91,8 @@ class Load:
                 else:
                     self.failures.append(f"{r.status_code} {r.text}")
             if r.status_code == 503:
-                time.sleep(0.02)
+                # As a client that honours Retry-After (whole seconds).
+                time.sleep(int(r.headers.get("Retry-After", "1")))
 
     def run(self, seconds: float):
         threads = [threading.Thread(target=self.client) for _ in range(self.clients)]
@@ -146,7 +147,7 @@ def test_p99_holds_under_the_target_from_1_to_64_clients_and_sheds_past_capacity
         assert int(r.headers["Retry-After"]) >= 1, r.headers
         assert r.headers["Content-Type"] == "application/json"
         error = r.json()["error"]
-        assert "cannot be served within its latency target of 500 ms" in error, error
+        assert "cannot be served within its latency target of 1000 ms" in error, error
     # Counted by Nereid's family and as Triton's REJECTED failures.
     counted = metric(server, "nereid_requests_shed_total", model="slow_batch", version="1")
     assert counted >= sum(len(load.refusals) for load in results.values())
@@ -154,10 +155,10 @@ def test_p99_holds_under_the_target_from_1_to_64_clients_and_sheds_past_capacity
         server, "nv_inference_request_failure", model="slow_batch", reason="REJECTED"
     )
     assert rejected >= counted
-    # The batcher's learnt cost: about 40 ms a batch and 5 ms an inference
+    # The batcher's learnt cost: about 80 ms a batch and 10 ms an inference
     # (the Python backend's own overhead adds a little).
     per_inference = metric(server, "nereid_batcher_cost_per_inference_us", model="slow_batch")
-    assert 3500 < per_inference < 8000, per_inference
+    assert 7000 < per_inference < 14000, per_inference
     assert metric(server, "nereid_batcher_batch_limit", model="slow_batch") == 16
     assert 0 < metric(server, "nereid_batcher_budget_ratio", model="slow_batch") <= 0.8
 
@@ -170,7 +171,7 @@ def test_a_request_that_cannot_be_served_in_time_is_refused_over_http_and_grpc(s
     r = requests.post(f"{server.base}/v2/models/slow_batch/infer", json=hurried)
     assert r.status_code == 503, r.text
     assert r.headers["Retry-After"] == "1"
-    assert "latency target of 500 ms" in r.json()["error"]
+    assert "latency target of 1000 ms" in r.json()["error"]
 
     request = service_pb2.ModelInferRequest(model_name="slow_batch")
     request.parameters["timeout"].int64_param = 2000
@@ -182,7 +183,7 @@ def test_a_request_that_cannot_be_served_in_time_is_refused_over_http_and_grpc(s
             stub.ModelInfer(request, timeout=30)
     error = refused.value
     assert error.code() == grpc.StatusCode.UNAVAILABLE
-    assert "latency target of 500 ms" in error.details()
+    assert "latency target of 1000 ms" in error.details()
     trailing = dict(error.trailing_metadata() or ())
     assert trailing.get("retry-after") == "1", trailing
 
