@@ -4,9 +4,11 @@
 # with `nereid.latency_target_ms` set (one server per target), nereid with
 # the config's fixed 2 ms delay, and real Triton 2.51 with its native ONNX
 # Runtime backend at several fixed `max_queue_delay_microseconds`, with and
-# without preferred batch sizes; closed-loop concurrency 1 to 64, then an
-# open-loop request rate past capacity (where nereid sheds). Writes the
-# "Batching to a latency target" section of docs/benchmarks.md.
+# without preferred batch sizes; closed-loop concurrency 1 to 64
+# (perf_analyzer), then open-loop rates up to past capacity, where nereid
+# sheds (benches/latency_target_load.py: perf_analyzer 2.51 stops at the
+# first refused request). Writes the "Batching to a latency target" section
+# of docs/benchmarks.md.
 #
 #   TRITON_BACKEND_DIR=/path/to/backends benches/latency_target.sh
 #
@@ -15,7 +17,7 @@
 # script stops, since the comparison is the point.
 #
 # Environment:
-#   LT_TARGETS_MS          nereid targets, one server each ("25 50")
+#   LT_TARGETS_MS          nereid targets, one server each ("25 50 100")
 #   LT_TRITON_DELAYS_US    Triton delays without preferred sizes
 #                          ("0 500 2000 5000 10000")
 #   LT_PREFERRED_DELAYS_US Triton delays with preferred_batch_size
@@ -23,6 +25,7 @@
 #   LT_CONCURRENCIES       perf_analyzer concurrencies ("1 4 16 64")
 #   LT_RATES               request rates for the open-loop sweep, infer/s
 #                          ("1500 3000"; empty skips it)
+#   LT_RATE_SECONDS        seconds of sending per open-loop cell (8)
 #   LT_PROTOCOL            grpc or http (grpc)
 #   LT_WINDOW_MS           perf_analyzer measurement window (3000)
 #   BENCH_OUT              the report (docs/benchmarks.md)
@@ -37,11 +40,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-targets=(${LT_TARGETS_MS:-25 50})
+targets=(${LT_TARGETS_MS:-25 50 100})
 delays=(${LT_TRITON_DELAYS_US:-0 500 2000 5000 10000})
 preferred_delays=(${LT_PREFERRED_DELAYS_US:-2000 10000})
 concurrencies=(${LT_CONCURRENCIES:-1 4 16 64})
 rates=(${LT_RATES-1500 3000})
+rate_seconds=${LT_RATE_SECONDS:-8}
 protocol=${LT_PROTOCOL:-grpc}
 window_ms=${LT_WINDOW_MS:-3000}
 out=${BENCH_OUT:-docs/benchmarks.md}
@@ -156,12 +160,12 @@ start_config() {
 # --- perf_analyzer ---------------------------------------------------------
 
 pa_args() {
-  echo "-m $MODEL -i $protocol -u 127.0.0.1:\$PORT -b 1 \$LOAD" \
+  echo "-m $MODEL -i $protocol -u 127.0.0.1:\$PORT -b 1 --concurrency-range \$C" \
     "--measurement-mode time_windows -p $window_ms -s 50 -r 5 -f \$CSV"
 }
 
-# One cell: LOAD is "--concurrency-range C" or "--request-rate-range R".
-# The stats, the server's CPU ticks and (nereid) the shed count before and
+# One closed-loop cell (the arguments after the cell name go to
+# perf_analyzer). The stats, the server's CPU ticks and (nereid) the shed count before and
 # after; perf_analyzer's exit status is kept, since a run with refused
 # requests may end in error.
 measure() {
@@ -190,6 +194,20 @@ measure() {
   fi
 }
 
+# One open-loop cell: RATE requests a second for $rate_seconds s, over gRPC.
+open_loop() {
+  local name=$1 cell=$2 rate=$3
+  curl -sf "http://127.0.0.1:${metrics_port[$name]}/metrics" >"$results/$cell.before.prom" || true
+  echo "before=$(cpu_point "${server_pid[$name]}" "${http_port[$name]}" "$MODEL")" >"$results/$cell.env"
+  .venv/bin/python benches/latency_target_load.py --url "127.0.0.1:${grpc_port[$name]}" \
+    --model "$MODEL" --rate "$rate" --seconds "$rate_seconds" >"$results/$cell.json" \
+    2>"$results/$cell.log" || log "$cell: the load generator failed: $(tail -n 2 "$results/$cell.log")"
+  echo "after=$(cpu_point "${server_pid[$name]}" "${http_port[$name]}" "$MODEL")" >>"$results/$cell.env"
+  echo "ticks_per_s=$(getconf CLK_TCK)" >>"$results/$cell.env"
+  curl -sf "http://127.0.0.1:${metrics_port[$name]}/metrics" >"$results/$cell.after.prom" || true
+  log "$cell: $(cat "$results/$cell.json" 2>/dev/null)"
+}
+
 # --- main ------------------------------------------------------------------
 
 setup
@@ -209,11 +227,11 @@ log "started ${#servers[@]} servers: ${servers[*]}"
 for c in "${concurrencies[@]}"; do
   for s in "${servers[@]}"; do measure "$s" "${s}_c$c" --concurrency-range "$c"; done
 done
-# Open loop past capacity: nereid's targets against Triton's delays.
+# Open loop up to past capacity: nereid's targets against Triton's delays.
 for r in "${rates[@]}"; do
   for s in "${servers[@]}"; do
     [ "$s" = nereid_fixed ] && continue
-    measure "$s" "${s}_r$r" --request-rate-range "$r"
+    open_loop "$s" "${s}_r$r" "$r"
   done
 done
 for s in "${servers[@]}"; do
@@ -232,6 +250,6 @@ if [ -n "${LT_KEEP_RESULTS:-}" ]; then
 fi
 python3 benches/latency_target_report.py --results "$results" --out "$out" \
   --pa-args "$(pa_args)" --servers "${servers[*]}" --concurrencies "${concurrencies[*]}" \
-  --rates "${rates[*]}" --protocol "$protocol" --nereid-bin "$nereid_bin" \
-  --triton-backend-dir "$triton_backend_dir"
+  --rates "${rates[*]}" --rate-seconds "$rate_seconds" --protocol "$protocol" \
+  --nereid-bin "$nereid_bin" --triton-backend-dir "$triton_backend_dir"
 log "wrote the latency-target section of $out"

@@ -6,6 +6,7 @@ of T ms, triton_dD for a fixed delay of D µs, triton_dD_p with preferred
 sizes) and each cell (NAME_cC at concurrency C, NAME_rR at R infer/s):
   NAME.config.pbtxt / .json   the config as written and as resolved
   CELL.csv                    perf_analyzer -f output (missing when it failed)
+  CELL.json                   benches/latency_target_load.py's output (NAME_rR)
   CELL.log                    perf_analyzer's output
   CELL.before.json / .after   /v2/models/mlp_large/stats
   CELL.before.prom / .after   the metrics text (nereid's shed counter)
@@ -22,6 +23,7 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from report import git_rev, machine  # noqa: E402
@@ -130,7 +132,8 @@ def closed_table(data, servers, concurrencies):
             d = data[(s, f"c{c}")]
             shed = str(d["shed"]) if s.startswith("nereid") else "—"
             if not d["ok"]:
-                lines.append(f"| {label(s)} | {c} | failed (rc {d['rc']}) | | | | | {shed} |")
+                why = "refused requests" if d["shed"] else f"rc {d['rc']}"
+                lines.append(f"| {label(s)} | {c} | failed ({why}) | | | | | {shed} |")
                 continue
             lines.append(
                 f"| {label(s)} | {c} | {num(d['thr'])} | {num(d['p50'])} | {num(d['p99'])} "
@@ -203,24 +206,37 @@ def at_target(data, servers, concurrencies):
     return rows
 
 
+def load_open(results, cell):
+    try:
+        out = json.load(open(os.path.join(results, f"{cell}.json")))
+    except (OSError, ValueError):
+        return None
+    env = read_env(os.path.join(results, f"{cell}.env"))
+    try:
+        t0, n0 = map(int, env["before"].split())
+        t1, n1 = map(int, env["after"].split())
+        if n1 > n0:
+            out["cpu_us"] = (t1 - t0) * 1e6 / int(env["ticks_per_s"]) / (n1 - n0)
+    except (KeyError, ValueError):
+        pass
+    return out
+
+
 def open_table(data, servers, rates):
     lines = [
-        "| server | offered infer/s | achieved infer/s | p50 µs | p99 µs | shed (nereid) | perf_analyzer |",
-        "|---|---|---|---|---|---|---|",
+        "| server | offered infer/s | sent infer/s | answered infer/s | p50 µs | p99 µs | "
+        "refused (with retry-after) | other errors | server CPU µs per inference |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rates:
         for s in servers:
-            if s == "nereid_fixed" or (s, f"r{r}") not in data:
-                continue
-            d = data[(s, f"r{r}")]
-            shed = str(d["shed"]) if s.startswith("nereid") else "—"
-            status = "ok" if d["rc"] == 0 else f"exit {d['rc']}"
-            if not d["ok"]:
-                lines.append(f"| {label(s)} | {r} | no result | | | {shed} | {status} |")
+            d = data.get((s, f"r{r}"))
+            if s == "nereid_fixed" or d is None:
                 continue
             lines.append(
-                f"| {label(s)} | {r} | {num(d['thr'])} | {num(d['p50'])} | {num(d['p99'])} "
-                f"| {shed} | {status} |"
+                f"| {label(s)} | {r:,} | {num(d['sent_per_s'])} | {num(d['ok_per_s'])} "
+                f"| {num(d['p50_us'])} | {num(d['p99_us'])} | {d['refused']:,} "
+                f"({d['refused_with_retry_after']:,}) | {d['errors']:,} | {num(d.get('cpu_us'))} |"
             )
     return "\n".join(lines)
 
@@ -265,8 +281,9 @@ def section(args, data, servers, concurrencies, rates):
         f".tools/perf_analyzer/perf_analyzer.sh {args.pa_args}",
         "```",
         "",
-        "with `$LOAD` `--concurrency-range C` (closed loop) or `--request-rate-range R` "
-        "(open loop). Latencies are perf_analyzer's, client-side, in µs.",
+        "Latencies are perf_analyzer's, client-side, in µs. A nereid run that refused a "
+        "request stops perf_analyzer (2.51 ends at the first failed request): such a cell "
+        "reads failed, with the count of refusals.",
         "",
         f"### Closed loop ({args.protocol})",
         "",
@@ -283,10 +300,12 @@ def section(args, data, servers, concurrencies, rates):
     ]
     if rates:
         parts += [
-            f"### Open loop past capacity ({args.protocol})",
+            "### Open loop, up to past capacity (grpc)",
             "",
-            "perf_analyzer sends at a fixed rate whatever the answers; a refused request "
-            "counts as an error for it.",
+            "`benches/latency_target_load.py` sends single-row requests at a fixed rate for "
+            f"{args.rate_seconds} s whatever the answers (each its own call on one channel), "
+            "then waits up to 10 s for what is outstanding; latencies are of the answered "
+            "requests, client-side.",
             "",
             open_table(data, servers, rates),
             "",
@@ -329,6 +348,7 @@ def main():
     parser.add_argument("--servers", required=True)
     parser.add_argument("--concurrencies", required=True)
     parser.add_argument("--rates", default="")
+    parser.add_argument("--rate-seconds", default="8")
     parser.add_argument("--protocol", default="grpc")
     parser.add_argument("--nereid-bin", default="target/release/nereid")
     parser.add_argument("--triton-backend-dir", default="")
@@ -341,9 +361,11 @@ def main():
         for c in concurrencies:
             data[(s, f"c{c}")] = load_cell(args.results, f"{s}_c{c}")
         for r in rates:
-            if os.path.exists(os.path.join(args.results, f"{s}_r{r}.env")):
-                data[(s, f"r{r}")] = load_cell(args.results, f"{s}_r{r}")
-    write_section(args.out, BEGIN, END, section(args, data, servers, concurrencies, rates))
+            opened = load_open(args.results, f"{s}_r{r}")
+            if opened is not None:
+                data[(s, f"r{r}")] = opened
+    body = section(args, data, servers, concurrencies, rates)
+    write_section(Path(args.out), BEGIN, END, body)
 
 
 if __name__ == "__main__":
