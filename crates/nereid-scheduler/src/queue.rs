@@ -171,6 +171,8 @@ impl<T: Pending> QueueState<T> {
         }
         let deadline = policy.timeout(item.timeout()).map(|t| now + t);
         let size = item.batch_size().max(1);
+        // An arrival while answered clients are expected is one of them.
+        let prompted = self.expected_back(now) > 0;
         let due = match &mut self.planner {
             None => None,
             Some(planner) => {
@@ -181,7 +183,6 @@ impl<T: Pending> QueueState<T> {
                     let error = target::shed_error(&self.config.model, planner.target(), late);
                     return Err((item, error));
                 }
-                let prompted = self.returning > 0;
                 if let (true, Some(at)) = (prompted, self.last_answer) {
                     planner.returned(now.saturating_duration_since(at));
                 }
