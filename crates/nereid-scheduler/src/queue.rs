@@ -171,8 +171,9 @@ impl<T: Pending> QueueState<T> {
         }
         let deadline = policy.timeout(item.timeout()).map(|t| now + t);
         let size = item.batch_size().max(1);
-        // An arrival while answered clients are expected is one of them.
-        let prompted = self.expected_back(now) > 0;
+        // An arrival while answered clients have not all come back is one
+        // of them, even one later than they were waited for.
+        let prompted = self.returning > 0;
         let due = match &mut self.planner {
             None => None,
             Some(planner) => {
