@@ -51,7 +51,11 @@ async def run(args) -> dict:
     message = request(args.model, args.input, args.width)
     async with grpc.aio.insecure_channel(args.url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        await stub.ModelInfer(message, timeout=30)  # connected and warm
+        try:  # connected and warm; a refusal is an answer too
+            await stub.ModelInfer(message, timeout=30)
+        except grpc.aio.AioRpcError as e:
+            if e.code() != grpc.StatusCode.UNAVAILABLE:
+                raise
         tasks = []
         start = time.perf_counter()
         n = int(args.rate * args.seconds)

@@ -313,7 +313,8 @@ impl Planner {
     /// Whether a request of `size` inferences, with `ahead` inferences
     /// queued before it, can finish within `budget` on `instances`
     /// instances; if not, about how long until it could (the Retry-After
-    /// hint). No cost model yet: every request is taken.
+    /// hint). No cost model yet: every request is taken; an idle model
+    /// takes every request that has only the target as its deadline.
     pub fn admit(
         &self,
         now: Instant,
@@ -322,7 +323,12 @@ impl Planner {
         budget: Duration,
         instances: usize,
     ) -> Result<(), Duration> {
-        if self.cost.observations() == 0 {
+        // Nothing queued or running, and no deadline of its own shorter
+        // than the target's: refusing it would help no other request, and
+        // running it is how a model that looks too slow (after a burst of
+        // load skewed its costs) learns otherwise.
+        let idle = ahead == 0 && self.running.is_empty();
+        if self.cost.observations() == 0 || (idle && budget >= self.budget(None)) {
             return Ok(());
         }
         let finish = self.predicted_finish(now, ahead + size.max(1), instances);

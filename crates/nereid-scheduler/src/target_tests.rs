@@ -386,3 +386,32 @@ async fn a_sparse_stream_is_not_waited_for() {
         Decision::Wait { .. }
     ));
 }
+
+/// A model whose learnt cost says even a lone request is late still takes
+/// a request when nothing is queued or running: refusing it helps nobody,
+/// and its execution is what corrects the cost.
+#[tokio::test(start_paused = true)]
+async fn an_idle_model_takes_a_request_its_costs_call_late() {
+    let mut planner = Planner::new(target(20), 8);
+    // Batches that took 50 ms, under a load that has since gone.
+    for size in [1, 2] {
+        let now = Instant::now();
+        let id = planner.dispatched(now, size, vec![now; size as usize]);
+        advance(ms(50)).await;
+        planner.executed(id, Instant::now());
+    }
+    let now = Instant::now();
+    let budget = planner.budget(None);
+    assert_eq!(planner.admit(now, 1, 0, budget, 1), Ok(()));
+    assert!(planner.admit(now, 1, 1, budget, 1).is_err());
+    // A request's own deadline, shorter than the target's, still counts.
+    assert!(
+        planner
+            .admit(now, 1, 0, planner.budget(Some(ms(10))), 1)
+            .is_err()
+    );
+    let id = planner.dispatched(now, 1, vec![now]);
+    assert!(planner.admit(now, 1, 0, budget, 1).is_err());
+    advance(ms(2)).await;
+    planner.executed(id, Instant::now());
+}
