@@ -181,6 +181,14 @@ measure() {
   timeout "$PA_TIMEOUT_S" "$pa" -m "$MODEL" -i "$protocol" -u "127.0.0.1:$port" -b 1 "$@" \
     --measurement-mode time_windows -p "$window_ms" -s 50 -r 5 \
     -f "$results/$cell.csv" >"$results/$cell.log" 2>&1 || rc=$?
+  if ((rc == 2)); then
+    # No stable measurement: once more with windows twice as long.
+    rc=0
+    echo "retried=1" >>"$results/$cell.env"
+    timeout "$PA_TIMEOUT_S" "$pa" -m "$MODEL" -i "$protocol" -u "127.0.0.1:$port" -b 1 "$@" \
+      --measurement-mode time_windows -p "$((2 * window_ms))" -s 50 -r 5 \
+      -f "$results/$cell.csv" >>"$results/$cell.log" 2>&1 || rc=$?
+  fi
   echo "after=$(cpu_point "${server_pid[$name]}" "${http_port[$name]}" "$MODEL")" >>"$results/$cell.env"
   echo "rc=$rc" >>"$results/$cell.env"
   echo "ticks_per_s=$(getconf CLK_TCK)" >>"$results/$cell.env"
