@@ -248,8 +248,12 @@ impl Planner {
     }
 
     /// The largest batch whose pessimistic cost fits the budget.
+    /// Against the largest budget, not the one the controller cut: a cut
+    /// budget refuses more at the door, but smaller batches would only
+    /// lower what the model serves while the queue is full (on a noisy
+    /// machine, down to batches of one).
     fn batch_limit(&self) -> u64 {
-        let budget = scaled(self.config.target, self.scale);
+        let budget = scaled(self.config.target, SCALE_MAX);
         let fits = |b: u64| self.cost.pessimistic(b).is_none_or(|c| c <= budget);
         if fits(self.max_batch_size) {
             return self.max_batch_size;

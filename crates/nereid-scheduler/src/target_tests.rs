@@ -194,6 +194,8 @@ async fn misses_past_the_allowance_shrink_the_budget_and_good_batches_grow_it() 
     planner.executed(id, Instant::now());
     let cut = planner.budget(None);
     assert!(cut < ms(14), "{cut:?}");
+    // The batch limit stays that of the largest budget: 5 + b <= 16.
+    assert_eq!(planner.batch_limit(), 11);
     assert_eq!(planner.gauges().snapshot().budget_scale, 0.8 * DECREASE);
     // Good batches give it back, a step each.
     teach(&mut planner, &[1; 100]).await;
