@@ -96,6 +96,8 @@ bench: setup-test release
 	benches/cloud_repository.sh
 	benches/kafka.sh
 	benches/instructions.sh
+	@if [ -n "$$TRITON_BACKEND_DIR" ]; then benches/latency_target.sh; \
+	else echo "benches/latency_target.sh skipped: it needs TRITON_BACKEND_DIR (Triton's native ONNX Runtime backend)"; fi
 
 ## Runs every fuzz target for FUZZ_SECONDS each (nightly, cargo-fuzz);
 ## crashes land in fuzz/artifacts/<target>/. Not part of `make test`, which

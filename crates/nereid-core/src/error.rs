@@ -2,6 +2,7 @@
 //! [`ErrorKind`] to an HTTP status and a gRPC code in one place each.
 
 use std::fmt;
+use std::time::Duration;
 
 /// What kind of failure, in Triton's terms (`TRITONSERVER_Error_Code`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -27,6 +28,10 @@ pub enum ErrorKind {
 pub struct Error {
     kind: ErrorKind,
     message: String,
+    /// When the client may try again with a chance of success (an
+    /// overloaded model's hint); HTTP sends it as `Retry-After`, gRPC as
+    /// `retry-after` metadata.
+    retry_after: Option<Duration>,
 }
 
 impl Error {
@@ -34,7 +39,26 @@ impl Error {
         Error {
             kind,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// The same error with a hint of when to try again.
+    pub fn with_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// The retry hint in whole seconds, as `Retry-After` takes it: rounded
+    /// up, at least 1.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after
+            .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0))
+            .map(|secs| secs.max(1))
     }
 
     pub fn invalid_argument(message: impl Into<String>) -> Self {

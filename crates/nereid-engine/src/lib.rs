@@ -544,6 +544,7 @@ impl Engine {
                 pending: l.stats.pending(),
                 samples: l.stats.take_samples(),
                 failures: l.stats.failures(),
+                latency_target: l.latency_target(),
             })
             .collect()
     }

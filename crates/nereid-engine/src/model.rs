@@ -165,6 +165,15 @@ impl LoadedVersion {
         self.failure.get().map(String::as_str)
     }
 
+    /// What the dynamic batcher chose and learnt, for a model batching to
+    /// a latency target (`nereid.latency_target_ms`); `None` otherwise.
+    pub fn latency_target(&self) -> Option<nereid_scheduler::TargetSnapshot> {
+        match &self.runner {
+            Runner::Instances { scheduler, .. } => scheduler.latency_target(),
+            Runner::Ensemble { .. } => None,
+        }
+    }
+
     /// The models an ensemble's steps use; `None` for any other model.
     pub fn composing_models(&self) -> Option<&[(String, Option<i64>)]> {
         match &self.runner {

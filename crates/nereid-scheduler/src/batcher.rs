@@ -9,12 +9,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use nereid_core::Error;
+use parking_lot::Mutex;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 use crate::Pending;
 use crate::policy::BatcherConfig;
 use crate::queue::QueueState;
+use crate::target::TargetGauges;
 
 /// A batch on its way to an instance. The instance drops `permit` as soon
 /// as its model has run (before answering), which frees its slot.
@@ -32,6 +34,9 @@ struct Slots {
     total: usize,
     busy: AtomicUsize,
     finished: AtomicUsize,
+    /// Batches the latency-target planner numbered, and when each came
+    /// back.
+    returned: Mutex<Vec<(u64, Instant)>>,
     freed: Notify,
 }
 
@@ -40,12 +45,13 @@ impl Slots {
         self.busy.load(Ordering::Acquire).min(self.total)
     }
 
-    fn reserve(self: &Arc<Self>, requests: usize) -> SlotPermit {
+    fn reserve(self: &Arc<Self>, requests: usize, batch: Option<u64>) -> SlotPermit {
         self.busy.fetch_add(1, Ordering::AcqRel);
         SlotPermit {
             release: Release::Slots {
                 slots: Arc::clone(self),
                 requests,
+                batch,
             },
         }
     }
@@ -59,7 +65,11 @@ pub struct SlotPermit {
 
 enum Release {
     /// The dynamic batcher's slots.
-    Slots { slots: Arc<Slots>, requests: usize },
+    Slots {
+        slots: Arc<Slots>,
+        requests: usize,
+        batch: Option<u64>,
+    },
     /// Another scheduler's hook (the sequence batcher's).
     Call(Option<Box<dyn FnOnce() + Send>>),
 }
@@ -82,7 +92,14 @@ impl SlotPermit {
 impl Drop for SlotPermit {
     fn drop(&mut self) {
         match &mut self.release {
-            Release::Slots { slots, requests } => {
+            Release::Slots {
+                slots,
+                requests,
+                batch,
+            } => {
+                if let Some(batch) = batch {
+                    slots.returned.lock().push((*batch, Instant::now()));
+                }
                 slots.finished.fetch_add(*requests, Ordering::AcqRel);
                 slots.busy.fetch_sub(1, Ordering::AcqRel);
                 slots.freed.notify_one();
@@ -104,6 +121,8 @@ pub struct BatcherHandle<T> {
     /// timeout count from then, not from when the batcher got to it.
     inbox: mpsc::Sender<(T, Instant)>,
     pub(crate) model: String,
+    /// The latency-target planner's gauges, when the config sets a target.
+    pub(crate) target: Option<Arc<TargetGauges>>,
 }
 
 impl<T: Pending> BatcherHandle<T> {
@@ -115,6 +134,11 @@ impl<T: Pending> BatcherHandle<T> {
                 mpsc::error::TrySendError::Full(_) => crate::queue_full(&self.model),
                 mpsc::error::TrySendError::Closed(_) => crate::unloading(&self.model),
             })
+    }
+
+    /// The latency-target planner's gauges, when the config sets a target.
+    pub fn target_gauges(&self) -> Option<&Arc<TargetGauges>> {
+        self.target.as_ref()
     }
 }
 
@@ -155,16 +179,23 @@ pub fn spawn<T: Pending>(
         total: instances.max(1),
         busy: AtomicUsize::new(0),
         finished: AtomicUsize::new(0),
+        returned: Mutex::new(Vec::new()),
         freed: Notify::new(),
     });
+    let state = QueueState::new(config);
+    let target = state.target_gauges();
     let actor = Actor {
-        state: QueueState::new(config),
+        state,
         requests,
         slots,
         out,
     };
     runtime.spawn(actor.run());
-    Ok(BatcherHandle { inbox, model })
+    Ok(BatcherHandle {
+        inbox,
+        model,
+        target,
+    })
 }
 
 struct Actor<T> {
@@ -183,6 +214,10 @@ impl<T: Pending> Actor<T> {
             // Answers first: a request that arrived meanwhile may come from
             // a client that was just answered, and must cancel its expected
             // return rather than precede it.
+            let returned = std::mem::take(&mut *self.slots.returned.lock());
+            for (batch, at) in returned {
+                self.state.executed(batch, at);
+            }
             let finished = self.slots.finished.swap(0, Ordering::AcqRel);
             if finished > 0 {
                 self.state.answered(finished, now);
@@ -203,7 +238,7 @@ impl<T: Pending> Actor<T> {
             }
             step.abandoned.into_iter().for_each(Pending::cancel);
             if let Some(items) = step.dispatch {
-                let permit = Some(self.slots.reserve(items.len()));
+                let permit = Some(self.slots.reserve(items.len(), step.batch));
                 if self.out.send(Dispatch { items, permit }).is_err() {
                     return; // every instance is gone
                 }

@@ -4,22 +4,31 @@
 //! per-priority queues governed by Triton's queue policies; batches are
 //! formed from requests of the same non-batch shape and handed to an idle
 //! model instance. The queue logic ([`QueueState`]) is a plain struct with
-//! sync methods, driven by an async actor ([`spawn`]) that owns it.
+//! sync methods, driven by an async actor ([`spawn`]) that owns it. With a
+//! latency target in the config, a planner learns each batch's cost and
+//! sizes and times batches to the target, refusing at once what it cannot
+//! serve in time.
 //!
 //! This crate knows nothing about wire formats, backends or the engine's
 //! request type: it schedules anything that implements [`Pending`].
 
 mod batcher;
+mod cost;
 mod ordering;
 mod policy;
 mod queue;
 mod seam;
 mod sequence;
+mod target;
 pub mod work_queue;
 
 pub use batcher::{BatcherHandle, Dispatch, SlotPermit, spawn};
+pub use cost::{CostModel, Fit};
 pub use ordering::{OrderTicket, ResponseOrder};
-pub use policy::{BatcherConfig, ConfigError, LevelPolicy, TimeoutAction};
+pub use policy::{
+    BatcherConfig, ConfigError, LevelPolicy, PERCENTILE_KEY, TARGET_KEY, TimeoutAction,
+    latency_target,
+};
 pub use queue::{QueueState, Step};
 pub use seam::{
     BatchingScheduler, DirectScheduler, Inline, Plan, Scheduler, Started, plan, queue_full, start,
@@ -29,6 +38,7 @@ pub use sequence::{
     CorrelationId, DEFAULT_MAX_BACKLOG, Farewell, Placement, SequenceBatcher, SequenceConfig,
     SequenceState, SequenceStep, Strategy,
 };
+pub use target::{LatencyTarget, TargetGauges, TargetSnapshot};
 
 use std::time::Duration;
 

@@ -8,6 +8,14 @@ use std::time::Duration;
 use nereid_core::model_config::model_queue_policy::TimeoutAction as CfgTimeoutAction;
 use nereid_core::model_config::{ModelConfig, ModelQueuePolicy};
 
+use crate::target::LatencyTarget;
+
+/// The model parameter that turns on batching to a latency target, in
+/// milliseconds, and the one that names the percentile it is meant for.
+/// Triton's backends ignore parameters they do not know.
+pub const TARGET_KEY: &str = "nereid.latency_target_ms";
+pub const PERCENTILE_KEY: &str = "nereid.latency_target_percentile";
+
 /// Requests one priority level may hold when its policy sets no
 /// `max_queue_size`: every queue is bounded.
 pub const DEFAULT_MAX_QUEUE_SIZE: usize = 16_384;
@@ -92,6 +100,10 @@ pub struct BatcherConfig {
     pub levels: Vec<LevelPolicy>,
     /// Index into `levels` of the level for requests that ask for none.
     pub default_level: usize,
+    /// Set by `nereid.latency_target_ms`: batches are sized and timed to
+    /// the target instead of `max_queue_delay` and the preferred sizes
+    /// (see `target.rs`).
+    pub latency_target: Option<LatencyTarget>,
 }
 
 /// Why a model's scheduling config cannot be honoured.
@@ -112,7 +124,16 @@ impl BatcherConfig {
     /// The batcher for `config`, `None` when it asks for no dynamic batching.
     pub fn from_model_config(config: &ModelConfig) -> Result<Option<BatcherConfig>, ConfigError> {
         reject_other_schedulers(config)?;
+        let latency_target = latency_target(config)?;
         let Some(db) = dynamic_batching(config) else {
+            if latency_target.is_some() {
+                return Err(invalid(
+                    &config.name,
+                    "parameter",
+                    TARGET_KEY,
+                    "needs dynamic_batching",
+                ));
+            }
             return Ok(None);
         };
         let model = config.name.clone();
@@ -142,6 +163,7 @@ impl BatcherConfig {
             preserve_ordering: db.preserve_ordering,
             levels,
             default_level,
+            latency_target,
         }))
     }
 
@@ -153,6 +175,50 @@ impl BatcherConfig {
             _ => self.default_level,
         }
     }
+}
+
+/// The latency target the config's parameters set, if any.
+pub fn latency_target(config: &ModelConfig) -> Result<Option<LatencyTarget>, ConfigError> {
+    let value = |key| config.parameters.get(key).map(|p| p.string_value.trim());
+    let number = |key: &'static str,
+                  text: &str,
+                  range: std::ops::RangeInclusive<f64>,
+                  reason: &'static str| {
+        text.parse::<f64>()
+            .ok()
+            .filter(|v| range.contains(v))
+            .ok_or_else(|| invalid(&config.name, key, format!("'{text}'"), reason))
+    };
+    let Some(text) = value(TARGET_KEY) else {
+        if value(PERCENTILE_KEY).is_some() {
+            return Err(invalid(
+                &config.name,
+                PERCENTILE_KEY,
+                "set",
+                "needs nereid.latency_target_ms",
+            ));
+        }
+        return Ok(None);
+    };
+    let ms = number(
+        TARGET_KEY,
+        text,
+        0.001..=3_600_000.0,
+        "must be a number of milliseconds above 0 and at most an hour",
+    )?;
+    let percentile = match value(PERCENTILE_KEY) {
+        None => 99.0,
+        Some(text) => number(
+            PERCENTILE_KEY,
+            text,
+            50.0..=99.999,
+            "must be a percentile from 50 to 99.999",
+        )?,
+    };
+    Ok(Some(LatencyTarget {
+        target: Duration::from_secs_f64(ms / 1000.0),
+        percentile_milli: (percentile * 1000.0).round() as u32,
+    }))
 }
 
 fn dynamic_batching(
@@ -299,6 +365,68 @@ mod tests {
         assert_eq!(b.level_of(0), 1);
         assert_eq!(b.level_of(1), 0);
         assert_eq!(b.level_of(9), 1);
+    }
+
+    fn with_parameters(db: Option<ModelDynamicBatching>, pairs: &[(&str, &str)]) -> ModelConfig {
+        let batching = db.is_some();
+        let mut c = config(db.unwrap_or_default());
+        if !batching {
+            c.scheduling_choice = None;
+        }
+        for (k, v) in pairs {
+            c.parameters.insert(
+                k.to_string(),
+                nereid_core::model_config::ModelParameter {
+                    string_value: v.to_string(),
+                },
+            );
+        }
+        c
+    }
+
+    #[test]
+    fn reads_a_latency_target_and_its_percentile() {
+        let db = Some(ModelDynamicBatching::default());
+        let read = |pairs: &[(&str, &str)]| {
+            BatcherConfig::from_model_config(&with_parameters(db.clone(), pairs))
+                .map(|b| b.and_then(|b| b.latency_target))
+        };
+        assert_eq!(read(&[]), Ok(None));
+        assert_eq!(
+            read(&[(TARGET_KEY, " 12.5 ")]),
+            Ok(Some(LatencyTarget {
+                target: Duration::from_micros(12_500),
+                percentile_milli: 99_000,
+            }))
+        );
+        assert_eq!(
+            read(&[(TARGET_KEY, "50"), (PERCENTILE_KEY, "99.9")]),
+            Ok(Some(LatencyTarget {
+                target: Duration::from_millis(50),
+                percentile_milli: 99_900,
+            }))
+        );
+        for (pairs, named) in [
+            (&[(TARGET_KEY, "0")][..], TARGET_KEY),
+            (&[(TARGET_KEY, "fast")][..], TARGET_KEY),
+            (
+                &[(TARGET_KEY, "50"), (PERCENTILE_KEY, "100")][..],
+                PERCENTILE_KEY,
+            ),
+            (
+                &[(PERCENTILE_KEY, "99")][..],
+                "needs nereid.latency_target_ms",
+            ),
+        ] {
+            let error = read(pairs).unwrap_err().to_string();
+            assert!(error.contains(named), "{pairs:?}: {error}");
+        }
+        let without = with_parameters(None, &[(TARGET_KEY, "50")]);
+        let error = BatcherConfig::from_model_config(&without).unwrap_err();
+        assert!(
+            error.to_string().contains("needs dynamic_batching"),
+            "{error}"
+        );
     }
 
     #[test]

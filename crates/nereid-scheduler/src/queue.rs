@@ -31,19 +31,28 @@
 //! A request's queue timeout counts from when it was submitted, and one
 //! that has passed by the time the batcher looks is rejected (or delayed)
 //! even on an idle model, as in Triton.
+//!
+//! With a latency target (`nereid.latency_target_ms`), rules 2 to 4 give
+//! way to the planner in `target.rs`: it says how large a batch may be and
+//! how long it may wait, and a request it cannot serve in time is refused
+//! when it arrives. `max_queue_delay`, when set, still bounds the wait.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use nereid_core::Error;
 use tokio::time::Instant;
 
 use crate::Pending;
 use crate::policy::{BatcherConfig, TimeoutAction};
+use crate::target::{self, Decision, Planner, TargetGauges};
 
 struct Entry<T> {
     item: T,
     enqueued: Instant,
     deadline: Option<Instant>,
+    /// When it must be answered to meet the latency target's budget.
+    due: Option<Instant>,
     action: TimeoutAction,
     size: u64,
     key: u64,
@@ -58,6 +67,8 @@ struct Candidate {
     total: u64,
     /// The oldest enqueue time among them.
     oldest: Option<Instant>,
+    /// The earliest due time among them (latency target only).
+    due: Option<Instant>,
     /// A request of the same shape was left out: it did not fit.
     overflow: bool,
 }
@@ -73,6 +84,9 @@ pub struct Step<T> {
     pub expired: Vec<T>,
     /// Requests whose clients went away.
     pub abandoned: Vec<T>,
+    /// The id the latency-target planner gave the dispatched batch; its
+    /// permit reports it back through [`QueueState::executed`].
+    pub batch: Option<u64>,
 }
 
 /// The queues of one model.
@@ -84,6 +98,10 @@ pub struct QueueState<T> {
     /// sent their next one, and when the last answer went.
     returning: usize,
     last_answer: Option<Instant>,
+    /// Set when the config has a latency target.
+    planner: Option<Planner>,
+    /// Instances, as the last step saw them.
+    instances: usize,
 }
 
 impl<T> std::fmt::Debug for QueueState<T> {
@@ -97,12 +115,30 @@ impl<T> std::fmt::Debug for QueueState<T> {
 impl<T: Pending> QueueState<T> {
     pub fn new(config: BatcherConfig) -> Self {
         let levels = config.levels.iter().map(|_| VecDeque::new()).collect();
+        let planner = config
+            .latency_target
+            .map(|t| Planner::new(t, config.max_batch_size));
         QueueState {
             config,
             levels,
             delayed: VecDeque::new(),
             returning: 0,
             last_answer: None,
+            planner,
+            instances: 1,
+        }
+    }
+
+    /// The latency-target planner's gauges, when the config has a target.
+    pub fn target_gauges(&self) -> Option<std::sync::Arc<TargetGauges>> {
+        self.planner.as_ref().map(Planner::gauges)
+    }
+
+    /// A batch the planner numbered `batch` came back from its instance at
+    /// `at`.
+    pub fn executed(&mut self, batch: u64, at: Instant) {
+        if let Some(planner) = &mut self.planner {
+            planner.executed(batch, at);
         }
     }
 
@@ -134,13 +170,35 @@ impl<T: Pending> QueueState<T> {
             return Err((item, error));
         }
         let deadline = policy.timeout(item.timeout()).map(|t| now + t);
+        let size = item.batch_size().max(1);
+        // An arrival while answered clients have not all come back is one
+        // of them, even one later than they were waited for.
+        let prompted = self.returning > 0;
+        let due = match &mut self.planner {
+            None => None,
+            Some(planner) => {
+                let budget = planner.budget(item.timeout());
+                let ahead: u64 = self.levels[..=level].iter().flatten().map(|e| e.size).sum();
+                if let Err(late) = planner.admit(now, size, ahead, budget, self.instances) {
+                    planner.shed();
+                    let error = target::shed_error(&self.config.model, planner.target(), late);
+                    return Err((item, error));
+                }
+                if let (true, Some(at)) = (prompted, self.last_answer) {
+                    planner.returned(now.saturating_duration_since(at));
+                }
+                planner.arrived(now, prompted);
+                Some(now + budget)
+            }
+        };
         let entry = Entry {
-            size: item.batch_size().max(1),
+            size,
             key: item.shape_key(),
             action: policy.timeout_action,
             item,
             enqueued: now,
             deadline,
+            due,
         };
         self.levels[level].push_back(entry);
         self.returning = self.returning.saturating_sub(1);
@@ -158,9 +216,18 @@ impl<T: Pending> QueueState<T> {
     /// queue delay has passed since the last answer.
     fn expected_back(&self, now: Instant) -> usize {
         match self.last_answer {
-            Some(at) if now < at + self.config.max_queue_delay => self.returning,
+            Some(at) if now < at + self.return_horizon() => self.returning,
             _ => 0,
         }
+    }
+
+    /// How long after an answer its client is still expected back: the
+    /// queue delay, or with a latency target, what the planner learnt of
+    /// how soon clients come back.
+    fn return_horizon(&self) -> Duration {
+        self.planner
+            .as_ref()
+            .map_or(self.config.max_queue_delay, Planner::return_horizon)
     }
 
     /// Expires and prunes the queue, then decides whether to dispatch a
@@ -172,11 +239,17 @@ impl<T: Pending> QueueState<T> {
             wake_at: self.earliest_deadline(),
             expired,
             abandoned,
+            batch: None,
         };
+        self.instances = (idle + busy).max(1);
         if idle == 0 || self.is_empty() {
             return step;
         }
         let candidate = self.candidate();
+        if self.planner.is_some() {
+            self.step_to_target(now, candidate, &mut step);
+            return step;
+        }
         let oldest = candidate.oldest.unwrap_or(now);
         // As Triton, a zero delay is never "waited out": such a batch
         // still goes at its preferred size.
@@ -212,6 +285,47 @@ impl<T: Pending> QueueState<T> {
             step.wake_at = Some(step.wake_at.map_or(due, |w| w.min(due)));
         }
         step
+    }
+
+    /// Rules 2 to 4 with a latency target: the planner decides.
+    fn step_to_target(&mut self, now: Instant, candidate: Candidate, step: &mut Step<T>) {
+        let Some(planner) = &self.planner else {
+            return;
+        };
+        let oldest = candidate.oldest.unwrap_or(now);
+        let delay = self.config.max_queue_delay;
+        let view = target::Candidate {
+            total: candidate.total,
+            due: candidate.due.unwrap_or(now),
+            can_grow: !candidate.overflow && candidate.total < self.config.max_batch_size,
+            back_until: (self.expected_back(now) > 0)
+                .then(|| self.last_answer.map(|at| at + self.return_horizon()))
+                .flatten(),
+        };
+        let decision = match planner.decide(now, view) {
+            // A configured delay still bounds the wait.
+            Decision::Wait { .. } if !delay.is_zero() && now >= oldest + delay => Decision::Go {
+                limit: candidate.total,
+            },
+            Decision::Wait { until } if !delay.is_zero() => Decision::Wait {
+                until: until.min(oldest + delay),
+            },
+            other => other,
+        };
+        match decision {
+            Decision::Go { limit } => {
+                let (items, submitted) = self.take_with_times(&candidate.picked, limit);
+                let inferences = items.iter().map(|i| i.batch_size().max(1)).sum();
+                if let Some(planner) = &mut self.planner {
+                    step.batch = Some(planner.dispatched(now, inferences, submitted));
+                }
+                step.dispatch = Some(items);
+                step.wake_at = self.earliest_deadline();
+            }
+            Decision::Wait { until } => {
+                step.wake_at = Some(step.wake_at.map_or(until, |w| w.min(until)));
+            }
+        }
     }
 
     /// Whether a batch below every preferred size may go before the delay
@@ -280,6 +394,7 @@ impl<T: Pending> QueueState<T> {
             sizes: Vec::new(),
             total: 0,
             oldest: None,
+            due: None,
             overflow: false,
         };
         let mut key = None;
@@ -300,6 +415,9 @@ impl<T: Pending> QueueState<T> {
                 c.oldest
                     .map_or(entry.enqueued, |o: Instant| o.min(entry.enqueued)),
             );
+            if let Some(due) = entry.due {
+                c.due = Some(c.due.map_or(due, |d: Instant| d.min(due)));
+            }
             if c.total >= self.config.max_batch_size {
                 break;
             }
@@ -338,6 +456,11 @@ impl<T: Pending> QueueState<T> {
 
     /// Removes the picked entries, in order, while they fit in `limit`.
     fn take(&mut self, picked: &[(usize, usize)], limit: u64) -> Vec<T> {
+        self.take_with_times(picked, limit).0
+    }
+
+    /// As [`Self::take`], with when each was submitted.
+    fn take_with_times(&mut self, picked: &[(usize, usize)], limit: u64) -> (Vec<T>, Vec<Instant>) {
         let mut chosen = Vec::new();
         let mut total = 0;
         for &(q, i) in picked {
@@ -349,14 +472,14 @@ impl<T: Pending> QueueState<T> {
             chosen.push((q, i));
         }
         // Remove from the back so earlier indices stay valid.
-        let mut items: Vec<(usize, T)> = Vec::with_capacity(chosen.len());
+        let mut items: Vec<(usize, T, Instant)> = Vec::with_capacity(chosen.len());
         for (n, &(q, i)) in chosen.iter().enumerate().rev() {
             if let Some(entry) = self.queue_mut(q).remove(i) {
-                items.push((n, entry.item));
+                items.push((n, entry.item, entry.enqueued));
             }
         }
-        items.sort_by_key(|(n, _)| *n);
-        items.into_iter().map(|(_, item)| item).collect()
+        items.sort_by_key(|(n, _, _)| *n);
+        items.into_iter().map(|(_, item, at)| (item, at)).unzip()
     }
 
     fn queue(&self, q: usize) -> &VecDeque<Entry<T>> {

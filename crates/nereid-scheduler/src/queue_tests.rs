@@ -67,6 +67,7 @@ pub(crate) fn config(max: u64, delay_us: u64) -> BatcherConfig {
         preserve_ordering: false,
         levels: vec![LevelPolicy::default()],
         default_level: 0,
+        latency_target: None,
     }
 }
 

@@ -22,6 +22,12 @@ pub trait Scheduler<T>: Send + Sync + std::fmt::Debug {
     /// Queues `item` (or runs it, see [`Inline`]) or refuses it at once
     /// (`Unavailable` when full); never waits for room.
     fn submit(&self, item: T) -> Result<(), Error>;
+
+    /// The latency-target planner's current choices, for a dynamic batcher
+    /// with a latency target; `None` for every other scheduler.
+    fn latency_target(&self) -> Option<crate::TargetSnapshot> {
+        None
+    }
 }
 
 /// A model's instances, when an idle one may run a request on the
@@ -100,6 +106,10 @@ impl<T: Pending> Scheduler<T> for BatchingScheduler<T> {
     fn submit(&self, item: T) -> Result<(), Error> {
         self.batcher.submit(item)
     }
+
+    fn latency_target(&self) -> Option<crate::TargetSnapshot> {
+        self.batcher.target_gauges().map(|g| g.snapshot())
+    }
 }
 
 /// What a config's scheduling block asks for, once checked. A scheduler
@@ -127,6 +137,13 @@ pub fn plan(config: &ModelConfig) -> Result<Plan, Error> {
     use nereid_core::model_config::model_config::SchedulingChoice;
     use nereid_core::model_config::model_sequence_batching::StrategyChoice;
     if let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice {
+        if config.parameters.contains_key(crate::policy::TARGET_KEY) {
+            return Err(Error::invalid_argument(format!(
+                "model '{}': {} works with dynamic_batching only, not sequence_batching",
+                config.name,
+                crate::policy::TARGET_KEY
+            )));
+        }
         let unsupported = |field: &str| {
             Error::invalid_argument(format!(
                 "model '{}': {field} is not supported yet",

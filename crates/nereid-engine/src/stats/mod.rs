@@ -14,6 +14,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
+pub use nereid_scheduler::TargetSnapshot;
+
 pub use histogram::{
     Histogram, HistogramSnapshot, LatencyHistograms, LatencyHistogramsSnapshot,
     set_latency_histograms,
@@ -115,7 +117,7 @@ pub struct FailureCounts {
 }
 
 /// What the metrics endpoint reads of a version besides its statistics.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct VersionActivity {
     pub name: String,
     pub version: i64,
@@ -124,6 +126,8 @@ pub struct VersionActivity {
     /// Latencies sampled since the last take.
     pub samples: Vec<LatencySample>,
     pub failures: FailureCounts,
+    /// The batcher's choices, for a model batching to a latency target.
+    pub latency_target: Option<TargetSnapshot>,
 }
 
 /// Counts a request as pending until dropped (when it starts executing,

@@ -168,8 +168,17 @@ impl From<Error> for ApiError {
 }
 
 impl IntoResponse for ApiError {
+    /// The error's status and body, with `Retry-After` (whole seconds)
+    /// when the error carries a retry hint.
     fn into_response(self) -> Response {
-        error_response(crate::error::http_status(self.0.kind()), self.0.message())
+        let mut response =
+            error_response(crate::error::http_status(self.0.kind()), self.0.message());
+        if let Some(secs) = self.0.retry_after_secs() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(secs));
+        }
+        response
     }
 }
 
@@ -294,5 +303,16 @@ mod tests {
         );
         let fine = app.oneshot(get("/fine")).await.unwrap();
         assert_eq!(fine.status(), StatusCode::OK);
+    }
+
+    #[test]
+    fn a_retry_hint_is_sent_as_retry_after_in_whole_seconds() {
+        let shed =
+            Error::unavailable("later").with_retry_after(std::time::Duration::from_millis(2500));
+        let response = ApiError(shed).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "3");
+        let full = ApiError(Error::unavailable("full")).into_response();
+        assert!(!full.headers().contains_key(header::RETRY_AFTER));
     }
 }

@@ -3,7 +3,9 @@
 //! scrape time, the pending-request gauge, latency summaries and
 //! histograms when asked for, and CPU and GPU gauges refreshed every metrics interval. The text format
 //! is `metrics-exporter-prometheus`'s; the custom metric families models
-//! create follow, in prometheus-cpp's text as Triton serves them.
+//! create follow, in prometheus-cpp's text as Triton serves them. Models
+//! batching to a latency target add Nereid's shed counter and batcher
+//! gauges (`target.rs`).
 
 mod cache;
 mod cpu;
@@ -13,6 +15,7 @@ mod gpu;
 mod histograms;
 mod kafka;
 mod summaries;
+mod target;
 mod traffic;
 
 use std::sync::Arc;
@@ -180,6 +183,7 @@ impl Metrics {
                 self.engine.route_log_dropped(),
             ),
         );
+        append(&mut text, &target::render(&activity));
         append(
             &mut text,
             &custom::render(&self.engine.custom_metrics().snapshot()),

@@ -1,0 +1,450 @@
+//! Batching to a latency target (`nereid.latency_target_ms`): instead of a
+//! fixed queue delay, the batcher learns what a batch costs ([`CostModel`])
+//! and, for each batch, waits as long as it can while the oldest request's
+//! time in the queue plus the batch's predicted cost stays within the
+//! target's budget; requests that the queue ahead of them cannot serve in
+//! time are refused at once with a hint of when to retry.
+//!
+//! The budget is the target times a factor that an AIMD controller moves
+//! from observed latencies, as Clipper moves its batch size: down by a
+//! fraction when more requests miss the target than the percentile
+//! allows, up by a small step after each batch otherwise. Plain state
+//! driven by `QueueState`; the clock comes in as arguments.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use nereid_core::Error;
+use tokio::time::Instant;
+
+use crate::cost::CostModel;
+
+/// The budget factor's range and start: at most 80 % of the target is
+/// planned for, which leaves room for what happens outside the batcher
+/// (decoding, answering, the network, a client's own threads).
+const SCALE_MAX: f64 = 0.8;
+/// A request misses, for the controller, when the batcher saw it take
+/// longer than this share of the target: what the batcher does not see
+/// still has to fit in the rest.
+const MISS_AT: f64 = 0.9;
+const SCALE_MIN: f64 = 0.2;
+/// The controller's steps: a batch that used up the allowed misses cuts
+/// the budget by this factor; any other batch adds this much back.
+const DECREASE: f64 = 0.85;
+const INCREASE: f64 = 0.002;
+/// Misses forgiven at most at once, in requests: the credit a long run of
+/// good batches builds up.
+const CREDIT_MAX: f64 = 2.0;
+/// How long clients are expected back after an answer before any came
+/// back, and at least.
+const RETURN_UNKNOWN: Duration = Duration::from_millis(5);
+const RETURN_MIN: Duration = Duration::from_millis(1);
+
+/// The target a model's config sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatencyTarget {
+    pub target: Duration,
+    /// The share of requests meant to finish within it, in thousandths of
+    /// a percent (99 % is 99,000).
+    pub percentile_milli: u32,
+}
+
+impl LatencyTarget {
+    /// The share of requests allowed to miss the target (0.01 for p99).
+    fn miss_allowance(&self) -> f64 {
+        1.0 - f64::from(self.percentile_milli) / 100_000.0
+    }
+}
+
+/// The batcher's current choices and cost model, for metrics. Written by
+/// the batcher, read at scrape time.
+#[derive(Debug, Default)]
+pub struct TargetGauges {
+    shed: AtomicU64,
+    /// f64 bits of each value.
+    intercept_us: AtomicU64,
+    per_inference_us: AtomicU64,
+    spread_us: AtomicU64,
+    budget_scale: AtomicU64,
+    wait_us: AtomicU64,
+    batch_size: AtomicU64,
+    batch_limit: AtomicU64,
+}
+
+/// One reading of [`TargetGauges`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TargetSnapshot {
+    /// Requests refused because they could not be served in time.
+    pub shed: u64,
+    /// The cost model: fixed cost per batch, cost per inference, spread.
+    pub intercept_us: f64,
+    pub per_inference_us: f64,
+    pub spread_us: f64,
+    /// The share of the target the batcher plans for now.
+    pub budget_scale: f64,
+    /// How long the last batch's oldest request waited in the queue.
+    pub wait_us: f64,
+    /// The last batch's size, in inferences.
+    pub batch_size: u64,
+    /// The largest batch the budget allows now.
+    pub batch_limit: u64,
+}
+
+impl TargetGauges {
+    pub fn snapshot(&self) -> TargetSnapshot {
+        let f = |a: &AtomicU64| f64::from_bits(a.load(Ordering::Relaxed));
+        TargetSnapshot {
+            shed: self.shed.load(Ordering::Relaxed),
+            intercept_us: f(&self.intercept_us),
+            per_inference_us: f(&self.per_inference_us),
+            spread_us: f(&self.spread_us),
+            budget_scale: f(&self.budget_scale),
+            wait_us: f(&self.wait_us),
+            batch_size: self.batch_size.load(Ordering::Relaxed),
+            batch_limit: self.batch_limit.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn store(a: &AtomicU64, v: f64) {
+    a.store(v.to_bits(), Ordering::Relaxed);
+}
+
+/// A batch that left for an instance and has not come back.
+#[derive(Debug)]
+struct Running {
+    id: u64,
+    dispatched: Instant,
+    inferences: u64,
+    /// When each of its requests was submitted.
+    submitted: Vec<Instant>,
+}
+
+/// What the planner says about the batch an idle instance could take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Send at most this many inferences now.
+    Go { limit: u64 },
+    /// Wait for more requests until then.
+    Wait { until: Instant },
+}
+
+/// The candidate batch, as the queue sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate {
+    /// Inferences it holds.
+    pub total: u64,
+    /// The earliest due time among its requests (submission plus budget).
+    pub due: Instant,
+    /// Whether another request could still join it.
+    pub can_grow: bool,
+    /// Until when clients just answered are expected back, if any are.
+    pub back_until: Option<Instant>,
+}
+
+/// The latency-target planner of one model.
+#[derive(Debug)]
+pub struct Planner {
+    config: LatencyTarget,
+    max_batch_size: u64,
+    cost: CostModel,
+    scale: f64,
+    /// Misses still forgiven (see `CREDIT_MAX`).
+    credit: f64,
+    /// Mean gap between arrivals no answer prompted, and the last one.
+    mean_gap: Option<Duration>,
+    /// Mean time from an answer to the arrival it prompted.
+    mean_return: Option<Duration>,
+    last_arrival: Option<Instant>,
+    running: Vec<Running>,
+    next_id: u64,
+    gauges: Arc<TargetGauges>,
+}
+
+impl Planner {
+    pub fn new(config: LatencyTarget, max_batch_size: u64) -> Planner {
+        let gauges = Arc::new(TargetGauges::default());
+        store(&gauges.budget_scale, SCALE_MAX);
+        Planner {
+            config,
+            max_batch_size: max_batch_size.max(1),
+            cost: CostModel::default(),
+            scale: SCALE_MAX,
+            credit: CREDIT_MAX,
+            mean_gap: None,
+            mean_return: None,
+            last_arrival: None,
+            running: Vec::new(),
+            next_id: 0,
+            gauges,
+        }
+    }
+
+    pub fn gauges(&self) -> Arc<TargetGauges> {
+        Arc::clone(&self.gauges)
+    }
+
+    pub fn target(&self) -> Duration {
+        self.config.target
+    }
+
+    /// How long a request with its own `timeout` may take, planned for:
+    /// the target or the timeout, whichever is shorter, times the budget
+    /// factor.
+    pub fn budget(&self, timeout: Option<Duration>) -> Duration {
+        let limit = timeout
+            .filter(|t| !t.is_zero())
+            .map_or(self.config.target, |t| t.min(self.config.target));
+        scaled(limit, self.scale)
+    }
+
+    /// Notes an arrival; `prompted` when it answers for a client that was
+    /// just answered (those are counted apart, as expected returns).
+    pub fn arrived(&mut self, now: Instant, prompted: bool) {
+        if prompted {
+            return;
+        }
+        // A gap longer than the target is a pause, not part of a stream: the
+        // stream's rate is learnt afresh from the next gaps.
+        let gap = self.last_arrival.map(|last| now - last);
+        self.mean_gap = match (gap, self.mean_gap) {
+            (Some(gap), _) if gap > self.config.target => None,
+            (Some(gap), None) => Some(gap),
+            (Some(gap), Some(mean)) => Some(mean.mul_f64(0.9) + gap.mul_f64(0.1)),
+            (None, mean) => mean,
+        };
+        self.last_arrival = Some(now);
+    }
+
+    /// An answered client came back `after` its answer.
+    pub fn returned(&mut self, after: Duration) {
+        self.mean_return = Some(match self.mean_return {
+            None => after,
+            Some(mean) => mean.mul_f64(0.9) + after.mul_f64(0.1),
+        });
+    }
+
+    /// How long after an answer its client is still expected back: four
+    /// times the usual return (1 ms at least), 5 ms before any is seen,
+    /// never more than the budget. A client that went away then costs the
+    /// batch that waited for it no more than that.
+    pub fn return_horizon(&self) -> Duration {
+        let usual = self
+            .mean_return
+            .map_or(RETURN_UNKNOWN, |mean| (mean * 4).max(RETURN_MIN));
+        usual.min(self.budget(None))
+    }
+
+    /// Until when the next unprompted arrival is due, when waiting for it
+    /// pays: two mean gaps after the last one (an open-loop stream at that
+    /// rate brings one by then six times in seven), if the gap is shorter
+    /// than a batch's fixed cost. A longer wait would cost the requests
+    /// waiting more than the execution it saves.
+    fn next_arrival_due(&self) -> Option<Instant> {
+        let gap = self.mean_gap?;
+        let fixed = self.cost.fit()?.intercept_us;
+        (gap.as_secs_f64() * 1e6 < fixed).then_some(self.last_arrival? + gap * 2)
+    }
+
+    /// The largest batch whose pessimistic cost fits the budget.
+    /// Against the largest budget, not the one the controller cut: a cut
+    /// budget refuses more at the door, but smaller batches would only
+    /// lower what the model serves while the queue is full (on a noisy
+    /// machine, down to batches of one).
+    fn batch_limit(&self) -> u64 {
+        let budget = scaled(self.config.target, SCALE_MAX);
+        let fits = |b: u64| self.cost.pessimistic(b).is_none_or(|c| c <= budget);
+        if fits(self.max_batch_size) {
+            return self.max_batch_size;
+        }
+        // Costs grow with size: the first size that does not fit bounds it.
+        let (mut lo, mut hi) = (1, self.max_batch_size);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(mid) { lo = mid } else { hi = mid - 1 }
+        }
+        lo
+    }
+
+    fn pessimistic(&self, size: u64) -> Duration {
+        self.cost.pessimistic(size).unwrap_or_default()
+    }
+
+    /// Whether to send the candidate now, and how much of it, or how long
+    /// to wait for more.
+    pub fn decide(&self, now: Instant, c: Candidate) -> Decision {
+        if self.cost.observations() == 0 {
+            return Decision::Go { limit: c.total };
+        }
+        // Never trimmed below the limit to hurry its oldest request: the
+        // requests were admitted on the promise of full batches, and
+        // smaller ones would make everything behind them later.
+        let limit = self.batch_limit();
+        if c.total >= limit || !c.can_grow {
+            return Decision::Go { limit };
+        }
+        // The latest start of a batch one request larger.
+        let Some(start) = c.due.checked_sub(self.pessimistic(c.total + 1)) else {
+            return Decision::Go { limit };
+        };
+        match self.worth_waiting_until(now, c.back_until) {
+            Some(until) if start > now => Decision::Wait {
+                until: until.min(start),
+            },
+            _ => Decision::Go { limit },
+        }
+    }
+
+    /// How long more requests may still come, if any may: clients just
+    /// answered, the next of a stream of unprompted arrivals, the clients
+    /// of batches running on other instances once answered. With none,
+    /// waiting cannot make the batch bigger.
+    fn worth_waiting_until(&self, now: Instant, back_until: Option<Instant>) -> Option<Instant> {
+        let horizon = self.return_horizon();
+        let running = self
+            .running
+            .iter()
+            .map(|r| r.dispatched + self.cost.predict(r.inferences).unwrap_or_default() + horizon);
+        [back_until, self.next_arrival_due()]
+            .into_iter()
+            .flatten()
+            .chain(running)
+            .filter(|&t| t > now)
+            .max()
+    }
+
+    /// Whether a request of `size` inferences, with `ahead` inferences
+    /// queued before it, can finish within `budget` on `instances`
+    /// instances; if not, about how long until it could (the Retry-After
+    /// hint). No cost model yet: every request is taken; an idle model
+    /// takes every request that has only the target as its deadline.
+    pub fn admit(
+        &self,
+        now: Instant,
+        size: u64,
+        ahead: u64,
+        budget: Duration,
+        instances: usize,
+    ) -> Result<(), Duration> {
+        // Nothing queued or running, and no deadline of its own shorter
+        // than the target's: refusing it would help no other request, and
+        // running it is how a model that looks too slow (after a burst of
+        // load skewed its costs) learns otherwise.
+        let idle = ahead == 0 && self.running.is_empty();
+        if self.cost.observations() == 0 || (idle && budget >= self.budget(None)) {
+            return Ok(());
+        }
+        let finish = self.predicted_finish(now, ahead + size.max(1), instances);
+        if finish <= budget {
+            Ok(())
+        } else {
+            Err(finish - budget)
+        }
+    }
+
+    /// When the last of `inferences` queued ones would be answered, from
+    /// now: batches of the budget's size go to whichever instance frees
+    /// first, the running batches first.
+    fn predicted_finish(&self, now: Instant, inferences: u64, instances: usize) -> Duration {
+        let mut free: Vec<Duration> = self
+            .running
+            .iter()
+            .map(|r| (r.dispatched + self.pessimistic(r.inferences)).saturating_duration_since(now))
+            .collect();
+        free.resize(instances.max(free.len()).max(1), Duration::ZERO);
+        let cap = self.batch_limit();
+        let mut left = inferences;
+        let mut finish = Duration::ZERO;
+        while left > 0 {
+            let batch = left.min(cap);
+            left -= batch;
+            let Some(slot) = free.iter_mut().min() else {
+                break;
+            };
+            *slot += self.pessimistic(batch);
+            finish = *slot;
+        }
+        finish
+    }
+
+    /// Records a batch sent now; returns its id for the permit.
+    pub fn dispatched(&mut self, now: Instant, inferences: u64, submitted: Vec<Instant>) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let oldest = submitted.iter().min().copied().unwrap_or(now);
+        store(&self.gauges.wait_us, micros(now - oldest));
+        self.gauges.batch_size.store(inferences, Ordering::Relaxed);
+        self.running.push(Running {
+            id,
+            dispatched: now,
+            inferences,
+            submitted,
+        });
+        id
+    }
+
+    /// A batch came back at `at`: its cost feeds the model, its requests'
+    /// latencies the controller.
+    pub fn executed(&mut self, id: u64, at: Instant) {
+        let Some(i) = self.running.iter().position(|r| r.id == id) else {
+            return;
+        };
+        let batch = self.running.swap_remove(i);
+        self.cost.observe(batch.inferences, at - batch.dispatched);
+        let target = scaled(self.config.target, MISS_AT);
+        let misses = batch.submitted.iter().filter(|&&s| at - s > target).count();
+        self.credit = (self.credit + self.config.miss_allowance() * batch.submitted.len() as f64
+            - misses as f64)
+            .min(CREDIT_MAX);
+        if self.credit < 0.0 {
+            self.scale = (self.scale * DECREASE).max(SCALE_MIN);
+            self.credit = 0.0;
+        } else {
+            self.scale = (self.scale + INCREASE).min(SCALE_MAX);
+        }
+        self.publish();
+    }
+
+    /// A request was refused.
+    pub fn shed(&self) {
+        self.gauges.shed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn publish(&self) {
+        let g = &self.gauges;
+        if let Some(fit) = self.cost.fit() {
+            store(&g.intercept_us, fit.intercept_us);
+            store(&g.per_inference_us, fit.per_inference_us);
+            store(&g.spread_us, fit.spread_us);
+        }
+        store(&g.budget_scale, self.scale);
+        g.batch_limit.store(self.batch_limit(), Ordering::Relaxed);
+    }
+}
+
+/// The answer to a request the queue cannot serve in time: about `late`
+/// past its budget.
+pub fn shed_error(model: &str, target: Duration, late: Duration) -> Error {
+    let error = Error::unavailable(format!(
+        "inference request for model '{model}' rejected: the requests queued ahead of it cannot be served within its latency target of {} ms (predicted {} ms late)",
+        target.as_micros() as f64 / 1e3,
+        late.as_micros().div_ceil(1000),
+    ))
+    .with_retry_after(late);
+    let secs = error.retry_after_secs().unwrap_or(1);
+    Error::unavailable(format!("{}; retry after {secs} s", error.message())).with_retry_after(late)
+}
+
+/// `d` times `factor`, in whole microseconds.
+fn scaled(d: Duration, factor: f64) -> Duration {
+    Duration::from_micros((d.as_micros() as f64 * factor).round() as u64)
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+#[cfg(test)]
+#[path = "target_tests.rs"]
+mod tests;
