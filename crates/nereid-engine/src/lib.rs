@@ -247,9 +247,7 @@ impl Engine {
                 && request.files.is_empty()
                 && engine.model(&name, None).is_ok()
             {
-                let lock = engine.model_lock(&name);
-                let _serialized = lock.lock();
-                return engine.update_traffic_locked(&name, update).map(drop);
+                return engine.update_traffic_now(&name, update).map(drop);
             }
             let found = engine.find_model(&name)?;
             let source = source::for_request(&name, request, found)?;
@@ -259,9 +257,7 @@ impl Engine {
             engine.sync_model(source, true)?;
             engine.reload_forced_dependents(&name);
             if let Some(update) = &traffic {
-                let lock = engine.model_lock(&name);
-                let _serialized = lock.lock();
-                engine.update_traffic_locked(&name, update)?;
+                engine.update_traffic_now(&name, update)?;
             }
             Ok(())
         })

@@ -66,20 +66,20 @@ impl Engine {
     pub async fn update_traffic(&self, model: &str, update: &str) -> Result<TrafficView, Error> {
         let engine = self.clone();
         let (model, update) = (model.to_string(), update.to_string());
-        self.blocking(move || {
-            let lock = engine.model_lock(&model);
-            let _serialized = lock.lock();
-            engine.update_traffic_locked(&model, &update)
-        })
-        .await
-        .map_err(|e| Error::internal(format!("the traffic task failed: {e}")))?
+        self.blocking(move || engine.update_traffic_now(&model, &update))
+            .await
+            .map_err(|e| Error::internal(format!("the traffic task failed: {e}")))?
     }
 
-    pub(crate) fn update_traffic_locked(
+    /// [`Engine::update_traffic`] on this thread, serialized with the
+    /// model's loads by its lock.
+    pub(crate) fn update_traffic_now(
         &self,
         model: &str,
         update: &str,
     ) -> Result<TrafficView, Error> {
+        let lock = self.model_lock(model);
+        let _serialized = lock.lock();
         self.model(model, None)?;
         let current = self.inner.traffic.state(model).unwrap_or_default();
         let spec = current
