@@ -7,9 +7,8 @@ use nereid_core::Error;
 use nereid_engine::Engine;
 use nereid_engine::traffic::ROUTING_HEADER;
 use nereid_protocol::grpc as wire;
-use nereid_protocol::inference::infer_parameter::ParameterChoice;
-use nereid_protocol::inference::{InferParameter, ModelInferRequest};
-use nereid_repository::traffic::{DEFAULT_STICKY_KEY, is_label};
+use nereid_protocol::inference::ModelInferRequest;
+use nereid_repository::traffic::is_label;
 use tonic::metadata::MetadataMap;
 
 /// The version `version` names for `model`.
@@ -35,15 +34,4 @@ pub fn resolve_label(engine: &Engine, request: &mut ModelInferRequest) {
 pub fn routing_key(metadata: &MetadataMap) -> Option<String> {
     let key = metadata.get(ROUTING_HEADER)?.to_str().ok()?;
     Some(key.to_string())
-}
-
-/// Gives the request the sticky `key`, unless it carries a `routing_key`
-/// parameter already.
-pub fn set_routing_key(request: &mut ModelInferRequest, key: String) {
-    request
-        .parameters
-        .entry(DEFAULT_STICKY_KEY.to_string())
-        .or_insert_with(|| InferParameter {
-            parameter_choice: Some(ParameterChoice::StringParam(key)),
-        });
 }

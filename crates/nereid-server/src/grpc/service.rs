@@ -110,22 +110,18 @@ impl GrpcInferenceService for InferenceService {
     /// Unary inference. If the client cancels or its deadline passes, tonic
     /// drops this future and with it the engine's, which abandons the
     /// request: nothing here is spawned detached.
-    async fn model_infer(
-        &self,
-        mut request: Request<ModelInferRequest>,
-    ) -> Rpc<ModelInferResponse> {
-        if let Some(key) = labels::routing_key(request.metadata()) {
-            labels::set_routing_key(request.get_mut(), key);
-        }
+    async fn model_infer(&self, request: Request<ModelInferRequest>) -> Rpc<ModelInferResponse> {
+        let key = labels::routing_key(request.metadata());
         let model = &request.get_ref().model_name;
         let Some(trace) = self.tracer.sample(model, traceparent(request.metadata())) else {
-            return answer(stream::infer(&self.engine, request.into_inner(), None).await);
+            return answer(stream::infer(&self.engine, request.into_inner(), None, key).await);
         };
         if let Some(Arrived(at)) = request.extensions().get::<Arrived>() {
             trace.record_at(Activity::GrpcWaitreadStart, *at);
         }
         trace.record(Activity::GrpcWaitreadEnd);
-        let result = stream::infer(&self.engine, request.into_inner(), Some(trace.clone())).await;
+        let result =
+            stream::infer(&self.engine, request.into_inner(), Some(trace.clone()), key).await;
         trace.record(Activity::GrpcSendStart);
         let mut response = answer(result)?;
         response.extensions_mut().insert(SendTraced(trace));

@@ -28,11 +28,13 @@ use crate::trace::Tracer;
 const DECOUPLED_UNARY: &str =
     "ModelInfer RPC doesn't support models with decoupled transaction policy";
 
-/// Decodes, runs and encodes one request, traced when `trace` is given.
+/// Decodes, runs and encodes one request, traced when `trace` is given,
+/// with the sticky `routing_key` its call's metadata gave.
 pub async fn infer(
     engine: &Engine,
     request: ModelInferRequest,
     trace: Option<Trace>,
+    routing_key: Option<String>,
 ) -> Result<ModelInferResponse, Error> {
     let span = tracing::debug_span!("grpc_infer", model = %request.model_name, id = %request.id);
     async {
@@ -40,6 +42,9 @@ pub async fn infer(
         super::labels::resolve_label(engine, &mut request);
         let mut request = wire::decode_infer_request(request)?;
         request.trace = trace.clone();
+        if let Some(key) = &routing_key {
+            nereid_engine::traffic::set_routing_key(&mut request, key);
+        }
         let (model, version) = (request.model_name.clone(), request.model_version);
         let response = engine.infer(request).await.map_err(|e| {
             let decoupled = engine
