@@ -44,17 +44,9 @@ trap 'rm -rf "$work"' EXIT
 
 # pyarrow writes the input files (scripts/requirements.txt has it).
 .venv/bin/python -c 'import pyarrow' 2>/dev/null || scripts/setup-python.sh
-ORT_DYLIB_PATH=$(scripts/ort-path.sh)
-[ -n "$ORT_DYLIB_PATH" ] || die "no libonnxruntime in .venv (scripts/setup-python.sh)"
-export ORT_DYLIB_PATH
-if [ ! -x "$nereid_bin" ]; then
-  log "building nereid (release)"
-  cargo build --release --bin nereid
-fi
-if [ ! -x "$raw_bin" ]; then
-  log "building raw_ort (release)"
-  cargo build --release -p nereid-backend-onnx --example raw_ort
-fi
+use_venv_onnxruntime
+build_nereid_if_missing
+build_raw_ort_if_missing
 
 models=$work/models
 mkdir -p "$models"

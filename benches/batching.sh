@@ -114,17 +114,9 @@ print("-".join(map(str, {"mlp": m.MLP_SIZES, "mlp_large": m.MLP_LARGE_SIZES}[sys
     log "making $MODEL ($MODEL_LAYERS) in $models"
     .venv/bin/python scripts/make_models.py --bench-mlp "$models"
   fi
-  ORT_DYLIB_PATH=$(scripts/ort-path.sh)
-  [ -n "$ORT_DYLIB_PATH" ] || die "no libonnxruntime in .venv (scripts/setup-python.sh)"
-  export ORT_DYLIB_PATH
-  if [ ! -x "$nereid_bin" ]; then
-    log "building nereid (release)"
-    cargo build --release --bin nereid
-  fi
-  if [ ! -x "$raw_bin" ]; then
-    log "building raw_ort (release)"
-    cargo build --release -p nereid-backend-onnx --example raw_ort
-  fi
+  use_venv_onnxruntime
+  build_nereid_if_missing
+  build_raw_ort_if_missing
   # matplotlib only for the plot, in its own venv so .venv stays what the
   # tests need.
   if [ ! -f "$bench_venv/.stamp-$MATPLOTLIB" ]; then

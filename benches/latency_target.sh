@@ -87,13 +87,8 @@ setup() {
   [ -x "$pa" ] || die "perf_analyzer missing: $pa"
   log "making $MODEL in $models"
   .venv/bin/python scripts/make_models.py --bench-mlp "$models"
-  ORT_DYLIB_PATH=$(scripts/ort-path.sh)
-  [ -n "$ORT_DYLIB_PATH" ] || die "no libonnxruntime in .venv (scripts/setup-python.sh)"
-  export ORT_DYLIB_PATH
-  if [ ! -x "$nereid_bin" ]; then
-    log "building nereid (release)"
-    cargo build --release --bin nereid
-  fi
+  use_venv_onnxruntime
+  build_nereid_if_missing
 }
 
 # --- servers ---------------------------------------------------------------

@@ -168,3 +168,27 @@ bench_cleanup() {
   rm -rf "$work"
   exit "$rc"
 }
+
+# Exports ORT_DYLIB_PATH: the ONNX Runtime library in .venv (set up by
+# scripts/setup-python.sh), or stops.
+use_venv_onnxruntime() {
+  ORT_DYLIB_PATH=$(scripts/ort-path.sh)
+  [ -n "$ORT_DYLIB_PATH" ] || die "no libonnxruntime in .venv (scripts/setup-python.sh)"
+  export ORT_DYLIB_PATH
+}
+
+# Builds the release nereid at $nereid_bin when it is not there.
+build_nereid_if_missing() {
+  if [ ! -x "$nereid_bin" ]; then
+    log "building nereid (release)"
+    cargo build --release --bin nereid
+  fi
+}
+
+# Builds the raw_ort example at $raw_bin when it is not there.
+build_raw_ort_if_missing() {
+  if [ ! -x "$raw_bin" ]; then
+    log "building raw_ort (release)"
+    cargo build --release -p nereid-backend-onnx --example raw_ort
+  fi
+}

@@ -91,15 +91,10 @@ setup() {
   scripts/setup-perf-analyzer.sh
   scripts/setup-triton.sh
   [ -x "$pa" ] || die "perf_analyzer missing: $pa"
-  ORT_DYLIB_PATH=$(scripts/ort-path.sh)
-  [ -n "$ORT_DYLIB_PATH" ] || die "no libonnxruntime in .venv (scripts/setup-python.sh)"
-  export ORT_DYLIB_PATH
+  use_venv_onnxruntime
   ort_version=$(.venv/bin/python -c 'import onnxruntime; print(onnxruntime.__version__)')
   if [ -n "$triton_backend_dir" ]; then setup_native_triton; else setup_python_triton; fi
-  if [ ! -x "$nereid_bin" ]; then
-    log "building nereid (release)"
-    cargo build --release --bin nereid
-  fi
+  build_nereid_if_missing
 }
 
 # Triton's python models run the same onnxruntime release as nereid links.
