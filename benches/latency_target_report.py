@@ -81,6 +81,19 @@ def failed_requests(path):
     return found
 
 
+def cpu_per_inference(env):
+    """Server CPU µs per inference from a cell's before/after "ticks
+    inferences" readings; None when they are missing or no inference ran."""
+    try:
+        t0, n0 = map(int, env["before"].split())
+        t1, n1 = map(int, env["after"].split())
+        if n1 > n0:
+            return (t1 - t0) * 1e6 / int(env["ticks_per_s"]) / (n1 - n0)
+    except (KeyError, ValueError):
+        pass
+    return None
+
+
 def load_cell(results, cell):
     env = read_env(os.path.join(results, f"{cell}.env"))
     row = read_csv(os.path.join(results, f"{cell}.csv"))
@@ -93,13 +106,9 @@ def load_cell(results, cell):
     after = stats_counts(os.path.join(results, f"{cell}.after.json"))
     if before and after and after[1] > before[1]:
         out["per_exec"] = (after[0] - before[0]) / (after[1] - before[1])
-    try:
-        t0, n0 = map(int, env["before"].split())
-        t1, n1 = map(int, env["after"].split())
-        if n1 > n0:
-            out["cpu_us"] = (t1 - t0) * 1e6 / int(env["ticks_per_s"]) / (n1 - n0)
-    except (KeyError, ValueError):
-        pass
+    cpu_us = cpu_per_inference(env)
+    if cpu_us is not None:
+        out["cpu_us"] = cpu_us
     out["shed"] = shed_total(os.path.join(results, f"{cell}.after.prom")) - shed_total(
         os.path.join(results, f"{cell}.before.prom")
     )
@@ -212,13 +221,9 @@ def load_open(results, cell):
     except (OSError, ValueError):
         return None
     env = read_env(os.path.join(results, f"{cell}.env"))
-    try:
-        t0, n0 = map(int, env["before"].split())
-        t1, n1 = map(int, env["after"].split())
-        if n1 > n0:
-            out["cpu_us"] = (t1 - t0) * 1e6 / int(env["ticks_per_s"]) / (n1 - n0)
-    except (KeyError, ValueError):
-        pass
+    cpu_us = cpu_per_inference(env)
+    if cpu_us is not None:
+        out["cpu_us"] = cpu_us
     return out
 
 
