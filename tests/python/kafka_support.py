@@ -23,6 +23,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import REPO_ROOT, Server, free_port, start_server
 
 QUIET = {"log_level": 3}
+# The consumer group's session timeout in the route files made here.
+SESSION_TIMEOUT_S = 6
 
 
 def tansu_binary() -> str:
@@ -115,11 +117,19 @@ def produce(bootstrap: str, topic: str, records: list[dict]) -> None:
 
 @dataclass
 class Read:
-    """Records read from a topic, by key."""
+    """Records read from a topic, and how many times each key came.
+    Counted as they come: a reader's stop condition runs after every
+    record, and recounting thousands each time made the reader itself
+    the bottleneck (a read of 3,000 answers then took minutes)."""
     messages: list = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)
+
+    def add(self, message) -> None:
+        self.messages.append(message)
+        self.counts[message.key().decode() if message.key() is not None else None] += 1
 
     def keys(self) -> Counter:
-        return Counter(m.key().decode() for m in self.messages)
+        return self.counts
 
 
 def read(bootstrap: str, topic: str, until, timeout: float = 60, group: str | None = None) -> Read:
@@ -136,7 +146,7 @@ def read(bootstrap: str, topic: str, until, timeout: float = 60, group: str | No
             message = consumer.poll(0.2)
             if message is None or message.error():
                 continue
-            result.messages.append(message)
+            result.add(message)
     finally:
         consumer.close()
     return result
@@ -161,18 +171,21 @@ def simple_record(i: int) -> dict:
     return {"key": str(i), "value": json.dumps(body).encode()}
 
 
-def config_text(broker: Tansu, group: str, routes: list[dict], **top) -> str:
-    """A route file: the broker and group, `top` fields, then each route."""
+def config_text(broker: Tansu, group: str, routes: list[dict], producer: dict | None = None,
+                **top) -> str:
+    """A route file: the broker and group, `top` fields, producer settings
+    beside the tests' own, then each route."""
     lines = [f'brokers = "{broker.bootstrap}"', f'group_id = "{group}"',
              'dead_letter_topic = "dead-letters"']
     lines += [f"{k} = {json.dumps(v)}" for k, v in top.items()]
     # fetch.wait.max.ms: with librdkafka's 500 ms, tansu served a consumer
     # that pauses and resumes partitions about 20 times slower.
-    lines += ["[consumer]", '"session.timeout.ms" = "6000"', '"heartbeat.interval.ms" = "500"',
+    lines += ["[consumer]", f'"session.timeout.ms" = "{SESSION_TIMEOUT_S * 1000}"', '"heartbeat.interval.ms" = "500"',
               '"fetch.wait.max.ms" = "5"']
     # One record per batch in the answers too (see `produce`): the readers
     # here resume inside the output topics.
     lines += ["[producer]", '"batch.num.messages" = "1"']
+    lines += [f'"{k}" = "{v}"' for k, v in (producer or {}).items()]
     for route in routes:
         lines.append("[[routes]]")
         lines += [f"{k} = {json.dumps(v)}" for k, v in route.items()]

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import stop_server
 from kafka_support import (
-    Tansu, committed, config_text, is_ready, metric_values, produce, read,
+    SESSION_TIMEOUT_S, Tansu, committed, config_text, is_ready, metric_values, produce, read,
     simple_record, start_nereid, tansu_binary, wait_for,
 )
 
@@ -61,7 +61,9 @@ def report(keys, expected: int, what: str) -> int:
 
 
 def all_keys(expected: int):
-    return lambda r: all(r.keys()[str(i)] >= 1 for i in range(expected))
+    """Every key from 0 to `expected` - 1 came at least once (checked in
+    full only once enough distinct keys came)."""
+    return lambda r: len(r.keys()) >= expected and all(r.keys()[str(i)] >= 1 for i in range(expected))
 
 
 def test_kserve_json_and_binary_records_keep_their_key_headers_and_id(broker, tmp_path):
@@ -201,9 +203,6 @@ def test_metrics_report_the_lag_of_each_partition(broker, tmp_path):
         assert stop_server(server) == 0, server.log()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "open: after the drain's exact commit is checked, the restarted consumer stops getting "
-    "records from tansu after about 1,000 (nothing in flight at its end); not yet explained"))
 def test_sigterm_finishes_and_commits_what_was_taken(broker, tmp_path):
     n = 2000
     broker.create_topics({"in": 2, "out": 2, "dead-letters": 1})
@@ -229,9 +228,6 @@ def test_sigterm_finishes_and_commits_what_was_taken(broker, tmp_path):
         assert stop_server(again) == 0, again.log()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "tansu 0.6.0 keeps the killed member in the group: the restarted consumer is given no "
-    "partitions (seen: 'Kafka partitions assigned: ' empty for 2 minutes)"))
 def test_a_killed_nereid_loses_nothing_when_started_again(broker, tmp_path):
     n = 3000
     broker.create_topics({"in": 2, "out": 2, "dead-letters": 1})
@@ -244,6 +240,12 @@ def test_a_killed_nereid_loses_nothing_when_started_again(broker, tmp_path):
     server.process.wait()
     before = read(broker.bootstrap, "out", lambda r: False, timeout=3)
     assert len(before.messages) < n, "the kill came after the last record: nothing was tested"
+    # Started again once the group's session timeout (6 s in config_text)
+    # has passed, as a supervisor's restart backoff would. Kafka gives the
+    # partitions of a member that went silent to others only then anyway;
+    # tansu 0.6.0 gives a consumer that joins before then an empty
+    # assignment and keeps it so for minutes.
+    time.sleep(SESSION_TIMEOUT_S + 2)
     again = start_nereid(tmp_path, config, name="again")
     try:
         out = read(broker.bootstrap, "out", all_keys(n), timeout=120)
@@ -254,14 +256,17 @@ def test_a_killed_nereid_loses_nothing_when_started_again(broker, tmp_path):
         assert stop_server(again) == 0, again.log()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "tansu 0.6.0 with sqlite storage fails Produce requests (UnableToSend in its log) from "
-    "the moment it is stopped, and after its restart"))
 def test_a_broker_stopped_mid_stream_loses_nothing_and_readiness_follows_it(durable_broker, tmp_path):
     n = 3000
     broker = durable_broker
     broker.create_topics({"in": 2, "out": 2, "dead-letters": 1})
-    server = start_nereid(tmp_path, config_text(broker, "g", [SIMPLE]))
+    # Not idempotent here: tansu 0.6.0's sqlite storage panics on a produce
+    # from a producer id it knew before its restart ("more or less than one
+    # row" in idempotent_message_check) and serves nothing after. Without
+    # idempotence a retried batch may be written twice: duplicates, which
+    # the count allows.
+    config = config_text(broker, "g", [SIMPLE], producer={"enable.idempotence": "false"})
+    server = start_nereid(tmp_path, config)
     try:
         produce(broker.bootstrap, "in", [{**simple_record(i), "partition": i % 2} for i in range(n)])
         wait_for(lambda: metric_values(server).get('nereid_kafka_records_processed_total{topic="in"}', 0) > 30,
