@@ -150,6 +150,40 @@ def test_labels_go_where_versions_go(traffic_server):
         grpc.infer("ab", ab_inputs(grpcclient), model_version="beta")
 
 
+def test_grpc_metadata_and_index_show_labels_where_triton_clients_skip_them(traffic_server, tmp_path):
+    """The labels ride in fields numbered past Triton's (100): read with
+    Nereid's own proto they are there, and tritonclient, which does not
+    know them, still parses both answers."""
+    import grpc as grpcio
+    from google.protobuf import descriptor_pool, message_factory
+    from test_proto_descriptors import compile_protos
+
+    server, _ = traffic_server
+    pool = descriptor_pool.DescriptorPool()
+    for file in compile_protos(("grpc_service.proto",), tmp_path).file:
+        pool.Add(file)
+
+    def call(method: str, request_type: str, response_type: str, **fields):
+        request = message_factory.GetMessageClass(pool.FindMessageTypeByName(request_type))(**fields)
+        response = message_factory.GetMessageClass(pool.FindMessageTypeByName(response_type))
+        with grpcio.insecure_channel(server.grpc_url) as channel:
+            rpc = channel.unary_unary(f"/inference.GRPCInferenceService/{method}",
+                                      request_serializer=lambda m: m.SerializeToString(),
+                                      response_deserializer=response.FromString)
+            return rpc(request, timeout=10)
+
+    metadata = call("ModelMetadata", "inference.ModelMetadataRequest",
+                    "inference.ModelMetadataResponse", name="ab")
+    assert dict(metadata.labels) == {"canary": "2", "stable": "1"}
+    index = call("RepositoryIndex", "inference.RepositoryIndexRequest",
+                 "inference.RepositoryIndexResponse")
+    rows = {(m.name, m.version): list(m.labels) for m in index.models}
+    assert rows[("ab", "1")] == ["stable"] and rows[("ab", "2")] == ["canary"]
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    assert client.get_model_metadata("ab").versions == ["1", "2"]
+    assert {(m.name, m.version) for m in client.get_model_repository_index().models} >= {("ab", "1"), ("ab", "2")}
+
+
 def test_a_split_follows_its_weights_over_10000_requests(traffic_server):
     server, log = traffic_server
     n = 10_000

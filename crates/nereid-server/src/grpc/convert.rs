@@ -32,6 +32,11 @@ pub fn model_metadata(m: ModelMetadata) -> ModelMetadataResponse {
         platform: m.platform,
         inputs: tensors(m.inputs),
         outputs: tensors(m.outputs),
+        labels: m
+            .labels
+            .into_iter()
+            .map(|(label, version)| (label, version.to_string()))
+            .collect(),
     }
 }
 
@@ -114,6 +119,7 @@ pub fn repository_index(entries: Vec<IndexEntry>, ready_only: bool) -> Repositor
                 .unwrap_or_default()
                 .to_string(),
             reason: e.reason,
+            labels: e.labels,
         })
         .collect();
     RepositoryIndexResponse { models }
@@ -231,7 +237,7 @@ mod tests {
                 version: Some(1),
                 state: Some(ModelState::Ready),
                 reason: String::new(),
-                labels: Vec::new(),
+                labels: vec!["stable".into()],
             },
         ];
         let all = repository_index(entries.clone(), false);
@@ -249,6 +255,8 @@ mod tests {
         assert_eq!(ready.models[0].name, "simple");
         assert_eq!(ready.models[0].version, "1");
         assert_eq!(ready.models[0].state, "READY");
+        assert_eq!(ready.models[0].labels, ["stable"]);
+        assert!(all.models[0].labels.is_empty());
     }
 
     #[test]
@@ -263,9 +271,11 @@ mod tests {
                 shape: vec![-1, 16],
             }],
             outputs: vec![],
-            labels: Default::default(),
+            labels: [("canary".to_string(), 2), ("stable".to_string(), 1)].into(),
         };
         let p = model_metadata(m);
+        assert_eq!(p.labels.get("stable").map(String::as_str), Some("1"));
+        assert_eq!(p.labels.get("canary").map(String::as_str), Some("2"));
         assert_eq!(p.name, "simple");
         assert_eq!(p.versions, ["1"]);
         assert_eq!(p.platform, "onnxruntime_onnx");
