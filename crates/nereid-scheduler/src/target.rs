@@ -1,8 +1,9 @@
 //! Batching to a latency target (`nereid.latency_target_ms`): instead of a
 //! fixed queue delay, the batcher learns what a batch costs ([`CostModel`])
-//! and, for each batch, waits as long as it can while the oldest request's
+//! and, for each batch, waits for more requests while the oldest request's
 //! time in the queue plus the batch's predicted cost stays within the
-//! target's budget; requests that the queue ahead of them cannot serve in
+//! target's budget, unless the batch already keeps up with the arrivals;
+//! requests that the queue ahead of them cannot serve in
 //! time are refused at once with a hint of when to retry.
 //!
 //! The budget is the target times a factor that an AIMD controller moves
@@ -11,6 +12,7 @@
 //! allows, up by a small step after each batch otherwise. Plain state
 //! driven by `QueueState`; the clock comes in as arguments.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -157,6 +159,9 @@ pub struct Planner {
     /// Mean time from an answer to the arrival it prompted.
     mean_return: Option<Duration>,
     last_arrival: Option<Instant>,
+    /// Every arrival within the last target's length, prompted or not:
+    /// the rate the model must keep up with.
+    recent: VecDeque<Instant>,
     running: Vec<Running>,
     next_id: u64,
     gauges: Arc<TargetGauges>,
@@ -175,6 +180,7 @@ impl Planner {
             mean_gap: None,
             mean_return: None,
             last_arrival: None,
+            recent: VecDeque::new(),
             running: Vec::new(),
             next_id: 0,
             gauges,
@@ -202,6 +208,14 @@ impl Planner {
     /// Notes an arrival; `prompted` when it answers for a client that was
     /// just answered (those are counted apart, as expected returns).
     pub fn arrived(&mut self, now: Instant, prompted: bool) {
+        self.recent.push_back(now);
+        while self
+            .recent
+            .front()
+            .is_some_and(|&t| now - t > self.config.target)
+        {
+            self.recent.pop_front();
+        }
         if prompted {
             return;
         }
@@ -247,6 +261,37 @@ impl Planner {
         (gap.as_secs_f64() * 1e6 < fixed).then_some(self.last_arrival? + gap * 2)
     }
 
+    /// The smallest batch that keeps up with the arrivals of the last
+    /// target's length: one whose cost is no more than the time as many
+    /// take to arrive, `intercept / (gap - per inference)`, the gap being
+    /// their mean spacing. A batch that large goes without waiting: the
+    /// batch after it gathers while it runs, and waiting for a larger one
+    /// would leave the instance idle while every request in it ages. The
+    /// largest batch when the arrivals come faster than any batch keeps
+    /// up with, or their rate is not known yet.
+    pub(crate) fn keep_up_size(&self, now: Instant) -> u64 {
+        let mut window = self
+            .recent
+            .iter()
+            .filter(|&&t| now - t <= self.config.target);
+        let (Some(first), Some(fit)) = (window.next(), self.cost.fit()) else {
+            return self.max_batch_size;
+        };
+        let (count, last) = window.fold((1u32, *first), |(n, _), &t| (n + 1, t));
+        if count < 2 {
+            return self.max_batch_size;
+        }
+        let gap = micros(last - *first) / f64::from(count - 1);
+        let spare = gap - fit.per_inference_us;
+        // No fixed cost learnt (one batch size seen so far): nothing says
+        // what a larger batch saves, and the waits stay as they were.
+        if spare <= 0.0 || fit.intercept_us <= 0.0 {
+            return self.max_batch_size;
+        }
+        // Less a hair, so that an exact fit is not rounded up.
+        ((fit.intercept_us / spare - 1e-6).ceil() as u64).clamp(1, self.max_batch_size)
+    }
+
     /// The largest batch whose pessimistic cost fits the budget.
     /// Against the largest budget, not the one the controller cut: a cut
     /// budget refuses more at the door, but smaller batches would only
@@ -281,7 +326,7 @@ impl Planner {
         // requests were admitted on the promise of full batches, and
         // smaller ones would make everything behind them later.
         let limit = self.batch_limit();
-        if c.total >= limit || !c.can_grow {
+        if c.total >= limit || !c.can_grow || c.total >= self.keep_up_size(now) {
             return Decision::Go { limit };
         }
         // The latest start of a batch one request larger.

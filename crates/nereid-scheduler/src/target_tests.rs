@@ -417,3 +417,42 @@ async fn an_idle_model_takes_a_request_its_costs_call_late() {
     advance(ms(2)).await;
     planner.executed(id, Instant::now());
 }
+
+/// In a steady stream a batch large enough to keep up with it goes at
+/// once, instead of waiting out the budget for a larger one: the next
+/// gathers while it runs.
+#[tokio::test(start_paused = true)]
+async fn a_batch_that_keeps_up_with_the_stream_goes_without_waiting() {
+    let mut planner = Planner::new(target(100), 64);
+    // 5 ms per batch, 1 ms per inference.
+    teach(&mut planner, &[1, 2, 4, 8]).await;
+    // An arrival every 2 ms: a batch of 5 costs 10 ms, the time 5 take
+    // to arrive; a smaller one falls behind.
+    for _ in 0..60 {
+        planner.arrived(Instant::now(), false);
+        advance(ms(2)).await;
+    }
+    let now = Instant::now();
+    assert_eq!(planner.keep_up_size(now), 5);
+    assert!(matches!(
+        planner.decide(now, candidate(3, now + ms(80))),
+        Decision::Wait { .. }
+    ));
+    assert_eq!(
+        planner.decide(now, candidate(5, now + ms(80))),
+        Decision::Go { limit: 64 }
+    );
+    // Clients expected back do not hold it either.
+    let back = Candidate {
+        back_until: Some(now + ms(50)),
+        ..candidate(5, now + ms(80))
+    };
+    assert_eq!(planner.decide(now, back), Decision::Go { limit: 64 });
+    // Arrivals faster than an inference's cost: nothing keeps up, so the
+    // largest batch is the one to wait for.
+    for _ in 0..200 {
+        planner.arrived(Instant::now(), true);
+        advance(Duration::from_micros(500)).await;
+    }
+    assert_eq!(planner.keep_up_size(Instant::now()), 64);
+}
