@@ -22,9 +22,9 @@
 #                          ("0 500 2000 5000 10000")
 #   LT_PREFERRED_DELAYS_US Triton delays with preferred_batch_size
 #                          [ 8, 16, 32 ] ("2000 10000")
-#   LT_CONCURRENCIES       perf_analyzer concurrencies ("1 4 16 64")
+#   LT_CONCURRENCIES       perf_analyzer concurrencies ("1 4 8 16 32 64")
 #   LT_RATES               request rates for the open-loop sweep, infer/s
-#                          ("1500 3000"; empty skips it)
+#                          ("1000 1500 3000"; empty skips it)
 #   LT_RATE_SECONDS        seconds of sending per open-loop cell (8)
 #   LT_PROTOCOL            grpc or http (grpc)
 #   LT_WINDOW_MS           perf_analyzer measurement window (3000)
@@ -43,8 +43,8 @@ root=$PWD
 targets=(${LT_TARGETS_MS:-25 50 100})
 delays=(${LT_TRITON_DELAYS_US:-0 500 2000 5000 10000})
 preferred_delays=(${LT_PREFERRED_DELAYS_US:-2000 10000})
-concurrencies=(${LT_CONCURRENCIES:-1 4 16 64})
-rates=(${LT_RATES-1500 3000})
+concurrencies=(${LT_CONCURRENCIES:-1 4 8 16 32 64})
+rates=(${LT_RATES-1000 1500 3000})
 rate_seconds=${LT_RATE_SECONDS:-8}
 protocol=${LT_PROTOCOL:-grpc}
 window_ms=${LT_WINDOW_MS:-3000}

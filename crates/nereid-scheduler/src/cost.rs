@@ -14,6 +14,17 @@ const DECAY: f64 = 0.98;
 /// about the 97.7th percentile of a normal spread.
 const SPREADS: f64 = 2.0;
 
+/// A measurement further above the line than this many spreads (or half
+/// the prediction, when the spread is still small) counts as only that
+/// far: one execution that stalled (the first of a new batch shape, which
+/// grows ONNX Runtime's arena; a preempted thread) would otherwise skew
+/// the line and inflate the spread for dozens of batches, and every
+/// admission in that time with it. A cost that really rose still pulls
+/// the line up, by that much a batch.
+const OUTLIER_SPREADS: f64 = 4.0;
+/// Observations before outliers are clipped: the first ones are the line.
+const CLIP_AFTER: u64 = 8;
+
 /// A recency-weighted linear fit of batch cost against batch size.
 #[derive(Debug, Clone, Default)]
 pub struct CostModel {
@@ -44,11 +55,16 @@ impl CostModel {
     /// Adds one execution of `size` inferences that took `cost`.
     pub fn observe(&mut self, size: u64, cost: Duration) {
         let x = size.max(1) as f64;
-        let y = cost.as_secs_f64() * 1e6;
+        let mut y = cost.as_secs_f64() * 1e6;
         // Only a line fitted to two sizes or more says anything about the
         // spread; a guessed slope's error would count as noise.
         if let Some((a, c, true)) = self.line() {
-            let error = y - (a + c * x);
+            let predicted = a + c * x;
+            if self.observations >= CLIP_AFTER {
+                let allowed = (OUTLIER_SPREADS * self.residual.sqrt()).max(0.5 * predicted);
+                y = y.min(predicted + allowed);
+            }
+            let error = y - predicted;
             self.residual = DECAY * self.residual + (1.0 - DECAY) * error * error;
         }
         self.s0 = DECAY * self.s0 + 1.0;
@@ -107,6 +123,12 @@ impl CostModel {
         Some(micros(
             fit.intercept_us + fit.per_inference_us * size as f64,
         ))
+    }
+
+    /// The margin [`CostModel::pessimistic`] adds to a prediction.
+    pub fn margin(&self) -> Option<Duration> {
+        let fit = self.fit()?;
+        Some(micros(SPREADS * fit.spread_us))
     }
 
     /// A cost that a batch of `size` rarely exceeds: the expected one plus
@@ -183,6 +205,28 @@ mod tests {
         let spread = model.fit().unwrap().spread_us;
         assert!((spread - 1000.0).abs() < 150.0, "{spread}");
         assert!(high > mean + ms(1.5), "{mean:?} {high:?}");
+    }
+
+    #[test]
+    fn one_stalled_execution_moves_the_line_and_the_spread_only_a_little() {
+        let mut model = CostModel::default();
+        for i in 0..40u64 {
+            let jitter = if i % 2 == 0 { 0.2 } else { -0.2 };
+            model.observe(1 + i % 8, ms(4.0 + 0.5 * (1 + i % 8) as f64 + jitter));
+        }
+        let before = model.fit().unwrap();
+        // A batch of 4 (6 ms expected) that took 150 ms.
+        model.observe(4, ms(150.0));
+        let after = model.fit().unwrap();
+        assert!(after.spread_us < 1000.0, "{before:?} then {after:?}");
+        let predicted = model.predict(4).unwrap().as_secs_f64() * 1e3;
+        assert!(predicted < 6.5, "{predicted} ms");
+        // A cost that really rose is followed, a clipped step at a time.
+        for i in 0..200u64 {
+            model.observe(1 + i % 8, ms(12.0 + 1.5 * (1 + i % 8) as f64));
+        }
+        let predicted = model.predict(4).unwrap().as_secs_f64() * 1e3;
+        assert!((predicted - 18.0).abs() < 1.0, "{predicted} ms");
     }
 
     #[test]

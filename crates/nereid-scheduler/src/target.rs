@@ -390,12 +390,17 @@ impl Planner {
 
     /// When the last of `inferences` queued ones would be answered, from
     /// now: batches of the budget's size go to whichever instance frees
-    /// first, the running batches first.
+    /// first, the running batches first. Expected costs, plus one margin
+    /// for their spread at the end: batches run one after the other do
+    /// not all run slow, and a margin on each (two spreads a batch, which
+    /// is what a noisy machine gets) counted a queue of three batches as
+    /// late as a burst of nine.
     fn predicted_finish(&self, now: Instant, inferences: u64, instances: usize) -> Duration {
+        let expected = |size| self.cost.predict(size).unwrap_or_default();
         let mut free: Vec<Duration> = self
             .running
             .iter()
-            .map(|r| (r.dispatched + self.pessimistic(r.inferences)).saturating_duration_since(now))
+            .map(|r| (r.dispatched + expected(r.inferences)).saturating_duration_since(now))
             .collect();
         free.resize(instances.max(free.len()).max(1), Duration::ZERO);
         let cap = self.batch_limit();
@@ -407,10 +412,10 @@ impl Planner {
             let Some(slot) = free.iter_mut().min() else {
                 break;
             };
-            *slot += self.pessimistic(batch);
+            *slot += expected(batch);
             finish = *slot;
         }
-        finish
+        finish + self.cost.margin().unwrap_or_default()
     }
 
     /// Records a batch sent now; returns its id for the permit.

@@ -181,6 +181,33 @@ async fn sheds_what_the_queue_ahead_cannot_serve_in_time() {
     assert!(planner.admit(now, 1, 8, ms(16), 1).is_err());
 }
 
+/// Noisy costs widen the margin once for the whole queue, not once per
+/// batch in it.
+#[tokio::test(start_paused = true)]
+async fn noise_adds_one_margin_to_a_queue_of_batches() {
+    let mut planner = Planner::new(target(100), 8);
+    // Batches cost 5 + size ms, give or take 2 ms.
+    for i in 0..60u64 {
+        let size = [1, 2, 4, 8][(i % 4) as usize];
+        let now = Instant::now();
+        let id = planner.dispatched(now, size, vec![now; size as usize]);
+        advance(ms(if (i / 4) % 2 == 0 { 7 } else { 3 } + size)).await;
+        planner.executed(id, Instant::now());
+    }
+    let fit = planner.cost.fit().unwrap();
+    assert!((fit.spread_us - 2000.0).abs() < 300.0, "{fit:?}");
+    let margin = planner.cost.margin().unwrap();
+    // Four full batches (52 ms expected) and the margin fit 80 ms; with a
+    // margin on each batch they would not (68 ms and more).
+    let now = Instant::now();
+    assert_eq!(planner.admit(now, 1, 31, ms(80), 1), Ok(()));
+    let finish = planner.predicted_finish(now, 32, 1);
+    assert!(
+        finish >= ms(52) + margin - ms(1) && finish <= ms(52) + margin + ms(1),
+        "{finish:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn misses_past_the_allowance_shrink_the_budget_and_good_batches_grow_it() {
     let mut planner = Planner::new(target(20), 64);
