@@ -261,27 +261,30 @@ impl Planner {
         (gap.as_secs_f64() * 1e6 < fixed).then_some(self.last_arrival? + gap * 2)
     }
 
-    /// The smallest batch that keeps up with the arrivals of the last
-    /// target's length: one whose cost is no more than the time as many
-    /// take to arrive, `intercept / (gap - per inference)`, the gap being
-    /// their mean spacing. A batch that large goes without waiting: the
-    /// batch after it gathers while it runs, and waiting for a larger one
-    /// would leave the instance idle while every request in it ages. The
-    /// largest batch when the arrivals come faster than any batch keeps
-    /// up with, or their rate is not known yet.
-    pub(crate) fn keep_up_size(&self, now: Instant) -> u64 {
+    /// The mean spacing of the arrivals within the last target's length,
+    /// prompted by an answer or not, in µs; `None` with fewer than two.
+    fn recent_gap_us(&self, now: Instant) -> Option<f64> {
         let mut window = self
             .recent
             .iter()
             .filter(|&&t| now - t <= self.config.target);
-        let (Some(first), Some(fit)) = (window.next(), self.cost.fit()) else {
+        let first = *window.next()?;
+        let (count, last) = window.fold((1u32, first), |(n, _), &t| (n + 1, t));
+        (count >= 2).then(|| micros(last - first) / f64::from(count - 1))
+    }
+
+    /// The smallest batch that keeps up with the arrivals of the last
+    /// target's length: one whose cost is no more than the time as many
+    /// take to arrive, `intercept / (gap - per inference)`. A batch that
+    /// large goes without waiting for a stream's next arrivals: the batch
+    /// after it gathers while it runs, and waiting for a larger one would
+    /// leave the instance idle while every request in it ages. The
+    /// largest batch when the arrivals come faster than any batch keeps
+    /// up with, or their rate is not known yet.
+    pub(crate) fn keep_up_size(&self, now: Instant) -> u64 {
+        let (Some(gap), Some(fit)) = (self.recent_gap_us(now), self.cost.fit()) else {
             return self.max_batch_size;
         };
-        let (count, last) = window.fold((1u32, *first), |(n, _), &t| (n + 1, t));
-        if count < 2 {
-            return self.max_batch_size;
-        }
-        let gap = micros(last - *first) / f64::from(count - 1);
         let spare = gap - fit.per_inference_us;
         // No fixed cost learnt (one batch size seen so far): nothing says
         // what a larger batch saves, and the waits stay as they were.
@@ -290,6 +293,19 @@ impl Planner {
         }
         // Less a hair, so that an exact fit is not rounded up.
         ((fit.intercept_us / spare - 1e-6).ceil() as u64).clamp(1, self.max_batch_size)
+    }
+
+    /// Whether the arrivals that follow answers are their clients coming
+    /// back (closed-loop clients, who return together, faster than the
+    /// arrivals' mean spacing) rather than a stream that would have come
+    /// anyway (open loop, where the n-th arrival after an answer comes n
+    /// spacings later): only then are they worth waiting for once a batch
+    /// keeps up.
+    fn clients_come_back(&self, now: Instant) -> bool {
+        match (self.mean_return, self.recent_gap_us(now)) {
+            (Some(back), Some(gap)) => micros(back) <= 2.0 * gap,
+            _ => true,
+        }
     }
 
     /// The largest batch whose pessimistic cost fits the budget.
@@ -326,14 +342,24 @@ impl Planner {
         // requests were admitted on the promise of full batches, and
         // smaller ones would make everything behind them later.
         let limit = self.batch_limit();
-        if c.total >= limit || !c.can_grow || c.total >= self.keep_up_size(now) {
+        if c.total >= limit || !c.can_grow {
+            return Decision::Go { limit };
+        }
+        // A batch that keeps up waits only for clients coming back.
+        let keeps_up = c.total >= self.keep_up_size(now);
+        if keeps_up && !(c.back_until.is_some() && self.clients_come_back(now)) {
             return Decision::Go { limit };
         }
         // The latest start of a batch one request larger.
         let Some(start) = c.due.checked_sub(self.pessimistic(c.total + 1)) else {
             return Decision::Go { limit };
         };
-        match self.worth_waiting_until(now, c.back_until) {
+        let waited_for = if keeps_up {
+            c.back_until.filter(|&t| t > now)
+        } else {
+            self.worth_waiting_until(now, c.back_until)
+        };
+        match waited_for {
             Some(until) if start > now => Decision::Wait {
                 until: until.min(start),
             },

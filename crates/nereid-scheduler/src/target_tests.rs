@@ -469,11 +469,23 @@ async fn a_batch_that_keeps_up_with_the_stream_goes_without_waiting() {
         planner.decide(now, candidate(5, now + ms(80))),
         Decision::Go { limit: 64 }
     );
-    // Clients expected back do not hold it either.
+    // Clients expected back still hold it while they come back together
+    // (closed loop: one returns within 1 ms of an answer, less than the
+    // 2 ms spacing)...
     let back = Candidate {
-        back_until: Some(now + ms(50)),
+        back_until: Some(now + ms(3)),
         ..candidate(5, now + ms(80))
     };
+    planner.returned(ms(1));
+    assert_eq!(
+        planner.decide(now, back),
+        Decision::Wait { until: now + ms(3) }
+    );
+    // ... but not arrivals that only followed an answer, the n-th n
+    // spacings later (open loop).
+    for n in 1..=30 {
+        planner.returned(ms(2 * n));
+    }
     assert_eq!(planner.decide(now, back), Decision::Go { limit: 64 });
     // Arrivals faster than an inference's cost: nothing keeps up, so the
     // largest batch is the one to wait for.
