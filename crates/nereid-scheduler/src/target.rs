@@ -42,6 +42,10 @@ const CREDIT_MAX: f64 = 2.0;
 /// back, and at least.
 const RETURN_UNKNOWN: Duration = Duration::from_millis(5);
 const RETURN_MIN: Duration = Duration::from_millis(1);
+/// Answered clients whose mean return is within this many mean spacings
+/// of arrivals are taken for clients coming back (see
+/// `Planner::clients_come_back`).
+const RETURN_SPACINGS: f64 = 4.0;
 
 /// The target a model's config sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,14 +300,14 @@ impl Planner {
     }
 
     /// Whether the arrivals that follow answers are their clients coming
-    /// back (closed-loop clients, who return together, faster than the
-    /// arrivals' mean spacing) rather than a stream that would have come
-    /// anyway (open loop, where the n-th arrival after an answer comes n
-    /// spacings later): only then are they worth waiting for once a batch
-    /// keeps up.
+    /// back (closed-loop clients, who return together, within a few of
+    /// the arrivals' mean spacings) rather than a stream that would have
+    /// come anyway (open loop, where the n-th arrival after an answer
+    /// comes n spacings later, about half a batch of spacings on average):
+    /// only then are they worth waiting for once a batch keeps up.
     fn clients_come_back(&self, now: Instant) -> bool {
         match (self.mean_return, self.recent_gap_us(now)) {
-            (Some(back), Some(gap)) => micros(back) <= 2.0 * gap,
+            (Some(back), Some(gap)) => micros(back) <= RETURN_SPACINGS * gap,
             _ => true,
         }
     }
