@@ -87,10 +87,11 @@ def main() -> None:
         "groups of 65,536, Snappy) and writes a Parquet file with the output column and the "
         "`error` column; its time is the whole process (engine start, model load, reading, "
         "writing, the final Parquet file). Both models batch dynamically up to 64 "
-        "(`max_queue_delay_microseconds` 2000) on one instance on ONNX Runtime's process-wide "
-        "pool (a thread per core). Raw ONNX Runtime is the `raw_ort` example at batch 64 with "
-        "its default threads (the same pool size): `Session::run` back to back on one thread "
-        "with one input buffer, no reading or writing.",
+        "(`max_queue_delay_microseconds` 2000) on ONNX Runtime's process-wide pool (a thread "
+        "per core): mlp on two CPU instances (its config names none: the backend's default, "
+        "as in Triton), mlp_large on one. Raw ONNX Runtime is the `raw_ort` example at batch "
+        "64 with its default threads (the same pool size): `Session::run` back to back on one "
+        "thread with one input buffer, no reading or writing.",
         "",
         "```",
         "nereid batch --model-repository $MODELS --model $MODEL --input $MODEL.parquet "

@@ -1,6 +1,7 @@
 //! A job's run: what the output already holds, the records after it sent
-//! to the engine with a bounded number in flight, results written in input
-//! order and committed as they go.
+//! to the engine (several to a request where the input allows) with a
+//! bounded number in flight, results written one per record in input order
+//! and committed as they go.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -10,13 +11,17 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
+use nereid_core::InferResponse;
+use nereid_core::model_config::ModelConfig;
+use nereid_core::model_config::model_config::SchedulingChoice;
 use nereid_engine::Engine;
 
 use crate::BatchError;
 use crate::format::Format;
 use crate::progress::Progress;
-use crate::read::{self, InputFiles, Record, Source};
+use crate::read::{self, Group, InputFiles, Reading, Record, Source};
 use crate::spec::ModelSpec;
+use crate::split;
 use crate::write::{self, CommitPolicy, Recovered, Sink};
 
 /// What to run, on what, into what.
@@ -34,6 +39,11 @@ pub struct Job {
     /// Records in flight at once; `None`: four times the model's
     /// `max_batch_size` (at least 64).
     pub concurrency: Option<usize>,
+    /// Records in one request at most (Parquet, Arrow and `.npy` inputs of
+    /// a model that batches), and at most `concurrency`; `None`: a quarter
+    /// of the model's `max_batch_size` with a dynamic batcher, all of it
+    /// without.
+    pub group_rows: Option<usize>,
     /// Start over, discarding what the output holds.
     pub overwrite: bool,
     /// Draw the progress bar.
@@ -115,19 +125,25 @@ pub async fn run(engine: &Engine, job: &Job, stop: Arc<AtomicBool>) -> Result<Su
             .filter(|_| job.output.extension().is_some())
             .unwrap_or(input_format),
     };
-    let model = model_spec(engine, job)?;
+    let config = model_config(engine, job)?;
+    let model = ModelSpec::from_config(&config, job.version)?;
     write::check_outputs(output_format, &model)?;
     if job.overwrite {
         write::remove(&job.output)?;
     }
     let recovered = write::recover(&job.output, output_format)?;
-    let mut source = read::open(
-        &job.input,
-        input_format,
-        &model,
-        recovered.records,
-        job.chunk_rows,
-    )?;
+    let concurrency = job
+        .concurrency
+        .unwrap_or_else(|| (4 * model.max_batch_size).max(64));
+    let reading = Reading {
+        start: recovered.records,
+        chunk_rows: job.chunk_rows,
+        group_rows: job
+            .group_rows
+            .unwrap_or_else(|| group_rows(&config))
+            .clamp(1, concurrency),
+    };
+    let mut source = read::open(&job.input, input_format, &model, reading)?;
     let total = source.total();
     let summary = |progress: &Progress, interrupted, already_done| Summary {
         total,
@@ -152,9 +168,6 @@ pub async fn run(engine: &Engine, job: &Job, stop: Arc<AtomicBool>) -> Result<Su
         return Ok(summary(&progress, false, true));
     }
     let mut progress = Progress::new(total, recovered.records, recovered.failures, job.progress);
-    let concurrency = job
-        .concurrency
-        .unwrap_or_else(|| (4 * model.max_batch_size).max(64));
     let flow = Flow {
         engine,
         concurrency,
@@ -171,10 +184,24 @@ pub async fn run(engine: &Engine, job: &Job, stop: Arc<AtomicBool>) -> Result<Su
     Ok(summary(&progress, false, false))
 }
 
+/// Records per request for a model that batches. With a dynamic batcher,
+/// a quarter of `max_batch_size`: the engine's cost per request is then
+/// shared by many records, while the batcher still makes full batches of
+/// several requests (and of the shorter ones a null or an odd row leaves).
+/// Without one each request runs alone, so it is a whole batch. A model
+/// that does not batch has no batch dimension to put rows on.
+fn group_rows(config: &ModelConfig) -> usize {
+    let most = usize::try_from(config.max_batch_size).unwrap_or(0).max(1);
+    match config.scheduling_choice {
+        Some(SchedulingChoice::DynamicBatching(_)) => (most / 4).max(1),
+        _ => most,
+    }
+}
+
 /// How records flow from a source through the engine to a sink.
 struct Flow<'a> {
     engine: &'a Engine,
-    /// Records in flight at most.
+    /// Records in flight at most (a request of more goes only alone).
     concurrency: usize,
     /// Set: no more records are sent; those in flight are written.
     stop: &'a AtomicBool,
@@ -190,40 +217,76 @@ impl Flow<'_> {
         progress: &mut Progress,
     ) -> Result<(), BatchError> {
         let mut pending = FuturesOrdered::new();
-        let mut buffered: VecDeque<Record> = VecDeque::new();
+        let mut buffered: VecDeque<Group> = VecDeque::new();
+        let mut in_flight = 0;
         let mut exhausted = false;
         loop {
-            while !exhausted
-                && pending.len() < self.concurrency
-                && !self.stop.load(Ordering::Relaxed)
-            {
-                match buffered.pop_front() {
-                    Some(record) => pending.push_back(infer(self.engine.clone(), record)),
-                    None => match source.next_chunk()? {
+            while !exhausted && !self.stop.load(Ordering::Relaxed) {
+                let Some(rows) = buffered.front().map(|g| g.rows) else {
+                    match source.next_chunk()? {
                         Some(chunk) => buffered.extend(chunk),
                         None => exhausted = true,
-                    },
+                    }
+                    continue;
+                };
+                if in_flight > 0 && in_flight + rows > self.concurrency {
+                    break;
+                }
+                if let Some(group) = buffered.pop_front() {
+                    in_flight += group.rows;
+                    pending.push_back(infer_group(self.engine.clone(), group));
                 }
             }
-            let Some(result) = pending.next().await else {
+            let Some(results) = pending.next().await else {
                 return Ok(());
             };
-            progress.record(sink.write(result)?);
-            if sink.wants_commit() {
-                sink.commit()?;
+            in_flight -= results.len();
+            for result in results {
+                progress.record(sink.write(result)?);
+                if sink.wants_commit() {
+                    sink.commit()?;
+                }
             }
         }
     }
 }
 
-async fn infer(engine: Engine, record: Record) -> Result<nereid_core::InferResponse, String> {
+/// One result per record of `group`, in order. A request of several rows
+/// that fails as a whole (or whose answer does not cut into its rows) has
+/// its rows run again one at a time, so that only the rows that fail are
+/// failures, each with its own error.
+async fn infer_group(engine: Engine, group: Group) -> Vec<Result<InferResponse, String>> {
+    let rows = group.rows;
+    let request = match group.request {
+        Ok(request) if rows > 1 => request,
+        alone => return vec![infer(&engine, alone).await],
+    };
+    let whole = infer(&engine, Ok(request.clone()))
+        .await
+        .and_then(|response| split::response(response, rows));
+    let failure = match whole {
+        Ok(responses) => return responses.into_iter().map(Ok).collect(),
+        Err(failure) => failure,
+    };
+    let Ok(singles) = split::request(request, rows) else {
+        return vec![Err(failure); rows];
+    };
+    let mut results = Vec::with_capacity(rows);
+    for single in singles {
+        results.push(infer(&engine, Ok(single)).await);
+    }
+    results
+}
+
+async fn infer(engine: &Engine, record: Record) -> Result<InferResponse, String> {
     engine
         .infer(record?)
         .await
         .map_err(|e| e.message().to_string())
 }
 
-fn model_spec(engine: &Engine, job: &Job) -> Result<ModelSpec, BatchError> {
+/// The config of the job's model, which must answer each request once.
+fn model_config(engine: &Engine, job: &Job) -> Result<Arc<ModelConfig>, BatchError> {
     let loaded = engine
         .model(&job.model, job.version)
         .map_err(|e| BatchError::Model(e.message().to_string()))?;
@@ -234,7 +297,7 @@ fn model_spec(engine: &Engine, job: &Job) -> Result<ModelSpec, BatchError> {
             job.model
         )));
     }
-    ModelSpec::from_config(&loaded.config, job.version)
+    Ok(Arc::clone(&loaded.config))
 }
 
 /// Refuses an output that cannot be this job's.
@@ -259,3 +322,7 @@ fn check_recovered(job: &Job, recovered: Recovered, total: u64) -> Result<(), Ba
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "job_tests.rs"]
+mod tests;

@@ -1,8 +1,9 @@
 //! `nereid batch`: a model run over the records of a file, through the
 //! same [`nereid_engine::Engine`] (schedulers, dynamic batcher, backends)
-//! that serves online requests. Records go in concurrently so the model's
-//! batcher forms batches; results come out in input order, one per record,
-//! a failed record carrying its error beside the others.
+//! that serves online requests. Records go in concurrently, several rows
+//! to a request where the input is columnar, so the model's batcher forms
+//! batches; results come out in input order, one per record, a failed
+//! record carrying its error beside the others.
 //!
 //! Inputs: JSON lines of KServe v2 infer bodies (decoded by the REST
 //! frontend's decoder), `.npy` arrays, Parquet and Arrow IPC files with a
@@ -20,6 +21,7 @@ pub mod npy;
 mod progress;
 pub mod read;
 pub mod spec;
+mod split;
 pub mod write;
 
 pub use error::BatchError;

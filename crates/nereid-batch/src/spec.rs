@@ -77,7 +77,8 @@ pub fn dims_text(dims: &[i64]) -> String {
 pub struct ModelSpec {
     pub name: String,
     pub version: Option<i64>,
-    /// `max_batch_size > 0`: a record's tensors get a batch dimension of 1.
+    /// `max_batch_size > 0`: a request's tensors get a batch dimension, the
+    /// records it holds.
     pub batching: bool,
     pub max_batch_size: usize,
     pub inputs: Vec<TensorSpec>,
@@ -131,11 +132,12 @@ impl ModelSpec {
         })
     }
 
-    /// The shape a request gives a row of `row_shape`.
-    pub fn request_shape(&self, row_shape: &[i64]) -> Vec<i64> {
+    /// The shape a request gives `rows` rows of `row_shape` (one row when
+    /// the model does not batch: it has no batch dimension).
+    pub fn request_shape(&self, rows: usize, row_shape: &[i64]) -> Vec<i64> {
         let mut shape = Vec::with_capacity(row_shape.len() + 1);
         if self.batching {
-            shape.push(1);
+            shape.push(rows as i64);
         }
         shape.extend_from_slice(row_shape);
         shape

@@ -108,8 +108,11 @@ pub fn pick(names: &[String], mut outputs: Vec<Tensor>) -> Result<Vec<Tensor>, E
         .collect()
 }
 
-/// Splits `output` along its first dimension into pieces of `sizes` rows.
-fn split_rows(output: &Tensor, sizes: &[u64]) -> Result<Vec<Tensor>, Error> {
+/// Splits `output` along its first dimension into pieces of `sizes` rows,
+/// slices of its data (BYTES rows found by walking their framing). Also
+/// for callers that cut a response of several rows back into its rows (a
+/// batch job's requests of several records).
+pub fn split_rows(output: &Tensor, sizes: &[u64]) -> Result<Vec<Tensor>, Error> {
     let total: u64 = sizes.iter().sum();
     let rows = output.shape.first().copied().unwrap_or(0);
     if rows < 0 || rows as u64 != total {

@@ -49,6 +49,7 @@ use nereid_core::{Backend, Error, InferRequest, InferResponse};
 use nereid_repository::Repository;
 use parking_lot::{Mutex, RwLock};
 
+pub use batch::split_rows;
 pub use job::Streamed;
 pub use metadata::{ModelMetadata, TensorMetadata};
 pub use model::LoadedVersion;

@@ -1,5 +1,6 @@
 //! Parquet and Arrow IPC inputs: record batches read a chunk at a time,
-//! only the columns the model takes, from the first record not yet done.
+//! only the columns the model takes, from the first record not yet done,
+//! turned into requests of up to `group_rows` records.
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek};
@@ -11,7 +12,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::columns::ColumnPlan;
-use super::{Record, Source, no_file};
+use super::{Group, Reading, Source, no_file};
 use crate::BatchError;
 use crate::spec::ModelSpec;
 
@@ -27,6 +28,7 @@ pub struct Columnar {
     /// Rows still to skip (IPC files cannot seek to a row).
     skip: u64,
     chunk_rows: usize,
+    group_rows: usize,
     /// What is left of the batch being read.
     current: Option<RecordBatch>,
 }
@@ -36,7 +38,7 @@ impl Source for Columnar {
         self.total
     }
 
-    fn next_chunk(&mut self) -> Result<Option<Vec<Record>>, BatchError> {
+    fn next_chunk(&mut self) -> Result<Option<Vec<Group>>, BatchError> {
         loop {
             let batch = match self.current.take() {
                 Some(batch) => batch,
@@ -55,18 +57,14 @@ impl Source for Columnar {
             if take < batch.num_rows() {
                 self.current = Some(batch.slice(take, batch.num_rows() - take));
             }
-            return Ok(Some(self.plan.records(&batch.slice(0, take), &self.model)));
+            let batch = batch.slice(0, take);
+            return Ok(Some(self.plan.groups(&batch, &self.model, self.group_rows)));
         }
     }
 }
 
-/// A Parquet file's records from `start` on.
-pub fn parquet(
-    path: &Path,
-    model: &ModelSpec,
-    start: u64,
-    chunk_rows: usize,
-) -> Result<Columnar, BatchError> {
+/// A Parquet file's records from `reading.start` on.
+pub fn parquet(path: &Path, model: &ModelSpec, reading: Reading) -> Result<Columnar, BatchError> {
     let bad = |e: parquet::errors::ParquetError| BatchError::input(path, e);
     let file = File::open(path).map_err(|e| no_file(path, e))?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(bad)?;
@@ -75,8 +73,8 @@ pub fn parquet(
     let mask = ProjectionMask::roots(builder.parquet_schema(), plan.indices());
     let reader = builder
         .with_projection(mask)
-        .with_batch_size(chunk_rows)
-        .with_offset(start as usize)
+        .with_batch_size(reading.chunk_rows)
+        .with_offset(reading.start as usize)
         .build()
         .map_err(bad)?;
     Ok(Columnar {
@@ -86,18 +84,14 @@ pub fn parquet(
         model: model.clone(),
         total,
         skip: 0,
-        chunk_rows,
+        chunk_rows: reading.chunk_rows,
+        group_rows: reading.group_rows,
         current: None,
     })
 }
 
-/// An Arrow IPC file, or stream, records from `start` on.
-pub fn ipc(
-    path: &Path,
-    model: &ModelSpec,
-    start: u64,
-    chunk_rows: usize,
-) -> Result<Columnar, BatchError> {
+/// An Arrow IPC file, or stream, records from `reading.start` on.
+pub fn ipc(path: &Path, model: &ModelSpec, reading: Reading) -> Result<Columnar, BatchError> {
     let bad = |e: arrow_schema::ArrowError| BatchError::input(path, e);
     let open = || File::open(path).map_err(|e| no_file(path, e));
     let is_file = {
@@ -127,8 +121,9 @@ pub fn ipc(
         plan: plan.projected(),
         model: model.clone(),
         total,
-        skip: start,
-        chunk_rows,
+        skip: reading.start,
+        chunk_rows: reading.chunk_rows,
+        group_rows: reading.group_rows,
         current: None,
     })
 }

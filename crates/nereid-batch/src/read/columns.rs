@@ -1,17 +1,21 @@
 //! Arrow record batches to records: a column per model input, each cell a
 //! row of that input. A column of scalars gives one element per row; a
 //! list or fixed-size list column gives a flat, row-major row whose shape
-//! comes from the input's dims. Numbers are not copied: a record's tensor
-//! is a slice of the column's buffer.
+//! comes from the input's dims. Consecutive rows of numbers with the same
+//! shape and no null go in one request; a row of strings, and a row that
+//! fails, go alone. Numbers are not copied: a request's tensor is a slice
+//! of the column's buffer, rows being contiguous in it.
+
+use std::ops::Range;
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType as ArrowType, Schema};
 use bytes::Bytes;
 use nereid_core::tensor::push_bytes_element;
-use nereid_core::{DataType, InferRequest, InputTensor};
+use nereid_core::{DataType, InputTensor};
 
-use super::Record;
+use super::Group;
 use crate::spec::{ModelSpec, TensorSpec};
 
 /// Which column feeds which input.
@@ -61,31 +65,45 @@ impl ColumnPlan {
         ColumnPlan { columns }
     }
 
-    /// One record per row of `batch`.
-    pub fn records(&self, batch: &RecordBatch, model: &ModelSpec) -> Vec<Record> {
+    /// The rows of `batch` as requests of up to `most` rows each.
+    pub fn groups(&self, batch: &RecordBatch, model: &ModelSpec, most: usize) -> Vec<Group> {
         let columns: Vec<Column<'_>> = self
             .columns
             .iter()
             .map(|(i, spec)| Column::new(spec, batch.column(*i)))
             .collect();
-        (0..batch.num_rows())
-            .map(|row| {
-                let inputs = columns
-                    .iter()
-                    .map(|c| c.tensor(row, model))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(InferRequest {
-                    model_name: model.name.clone(),
-                    model_version: model.version,
-                    id: String::new(),
-                    inputs,
-                    outputs: Vec::new(),
-                    parameters: Default::default(),
-                    trace: None,
-                })
-            })
-            .collect()
+        let rows = batch.num_rows();
+        let mut groups = Vec::with_capacity(rows.div_ceil(most.max(1)));
+        let mut first = 0;
+        while first < rows {
+            let end = group_end(&columns, first, rows.min(first + most));
+            let inputs = columns
+                .iter()
+                .map(|c| c.tensor(first..end, model))
+                .collect::<Result<Vec<_>, _>>();
+            groups.push(Group {
+                rows: end - first,
+                request: inputs.map(|inputs| super::request(model, inputs)),
+            });
+            first = end;
+        }
+        groups
     }
+}
+
+/// Where the request that starts at row `first` ends: after the rows that
+/// follow it, up to `limit`, and can share it. A row that cannot start one
+/// goes alone, as does every row of a model given no input column (a
+/// request without tensors has no first dimension to count rows on).
+fn group_end(columns: &[Column<'_>], first: usize, limit: usize) -> usize {
+    let shares =
+        limit > first + 1 && !columns.is_empty() && columns.iter().all(|c| c.groups_from(first));
+    if !shares {
+        return first + 1;
+    }
+    (first + 1..limit)
+        .find(|&row| !columns.iter().all(|c| c.joins(first, row)))
+        .unwrap_or(limit)
 }
 
 /// The Arrow type that holds `datatype`'s elements as KServe lays them out.
@@ -219,24 +237,57 @@ impl<'a> Column<'a> {
         }
     }
 
-    fn tensor(&self, row: usize, model: &ModelSpec) -> Result<InputTensor, String> {
+    /// Elements in `row`.
+    fn len(&self, row: usize) -> usize {
+        let (start, end) = self.range(row);
+        end - start
+    }
+
+    /// Why `row` cannot be read: a null cell, or a null among its elements.
+    fn missing(&self, row: usize) -> Option<String> {
         let name = &self.spec.name;
         if self.array.is_null(row) {
-            return Err(format!("column '{name}' is null in this record"));
+            return Some(format!("column '{name}' is null in this record"));
         }
         let (start, end) = self.range(row);
         if self.values.null_count() > 0 && (start..end).any(|i| self.values.is_null(i)) {
-            return Err(format!("column '{name}' has a null element in this record"));
+            return Some(format!("column '{name}' has a null element in this record"));
         }
-        let row_shape = self.spec.row_shape(end - start)?;
+        None
+    }
+
+    /// Whether a request of several rows can start at `row`: fixed-size
+    /// elements (a row of strings has its own length in bytes), present,
+    /// and of a shape the input takes.
+    fn groups_from(&self, row: usize) -> bool {
+        matches!(self.elements, Values::Raw { .. })
+            && self.missing(row).is_none()
+            && self.spec.row_shape(self.len(row)).is_ok()
+    }
+
+    /// Whether `row` can join the request that `first` starts: present and
+    /// as long (so of the same shape).
+    fn joins(&self, first: usize, row: usize) -> bool {
+        self.len(row) == self.len(first) && self.missing(row).is_none()
+    }
+
+    /// The tensor of `rows`, which are one row or rows that
+    /// [`Column::joins`] put together.
+    fn tensor(&self, rows: Range<usize>, model: &ModelSpec) -> Result<InputTensor, String> {
+        if let Some(why) = rows.clone().find_map(|row| self.missing(row)) {
+            return Err(why);
+        }
+        let (start, first_end) = self.range(rows.start);
+        let (_, end) = self.range(rows.end - 1);
+        let row_shape = self.spec.row_shape(first_end - start)?;
         let data = match &self.elements {
             Values::Raw { data, size } => data.slice(start * size..end * size),
             Values::Bytes(values) => framed(values, start, end),
         };
         Ok(InputTensor {
-            name: name.clone(),
+            name: self.spec.name.clone(),
             datatype: self.spec.datatype,
-            shape: model.request_shape(&row_shape),
+            shape: model.request_shape(rows.len(), &row_shape),
             data,
             parameters: Default::default(),
         })
@@ -342,147 +393,5 @@ fn framed(values: &ArrayRef, start: usize, end: usize) -> Bytes {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use arrow_array::builder::{FixedSizeListBuilder, Float32Builder, ListBuilder, StringBuilder};
-    use arrow_array::{Int32Array, StringArray};
-    use arrow_schema::{Field, Schema};
-
-    use super::*;
-
-    fn model(inputs: Vec<TensorSpec>) -> ModelSpec {
-        ModelSpec {
-            name: "m".into(),
-            version: None,
-            batching: true,
-            max_batch_size: 8,
-            inputs,
-            outputs: Vec::new(),
-        }
-    }
-
-    fn spec(name: &str, datatype: DataType, dims: &[i64]) -> TensorSpec {
-        TensorSpec {
-            name: name.into(),
-            datatype,
-            row_dims: dims.to_vec(),
-            optional: false,
-        }
-    }
-
-    fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {
-        RecordBatch::try_from_iter(columns).unwrap()
-    }
-
-    #[test]
-    fn fixed_size_lists_become_rows_that_share_the_column_buffer() {
-        let mut b = FixedSizeListBuilder::new(Float32Builder::new(), 2);
-        for row in [[1.0f32, 2.0], [3.0, 4.0], [5.0, 6.0]] {
-            b.values().append_slice(&row);
-            b.append(true);
-        }
-        let m = model(vec![spec("X", DataType::Fp32, &[2])]);
-        let batch = batch(vec![("X", Arc::new(b.finish()) as ArrayRef)]).slice(1, 2);
-        let plan = ColumnPlan::new(&batch.schema(), &m).unwrap();
-        let records = plan.records(&batch, &m);
-        let request = records[1].as_ref().unwrap();
-        assert_eq!(request.inputs[0].shape, [1, 2]);
-        let floats: Vec<f32> = request.inputs[0]
-            .data
-            .chunks(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
-        assert_eq!(floats, [5.0, 6.0]);
-    }
-
-    #[test]
-    fn variable_lists_strings_and_nulls() {
-        let mut lists = ListBuilder::new(Float32Builder::new());
-        lists.values().append_slice(&[1.0, 2.0, 3.0]);
-        lists.append(true);
-        lists.append(false);
-        lists.values().append_slice(&[4.0]);
-        lists.append(true);
-        let words = StringArray::from(vec![Some("ab"), Some("c"), None]);
-        let m = model(vec![
-            spec("V", DataType::Fp32, &[-1]),
-            spec("S", DataType::Bytes, &[1]),
-        ]);
-        let batch = batch(vec![
-            ("V", Arc::new(lists.finish()) as ArrayRef),
-            ("S", Arc::new(words) as ArrayRef),
-            (
-                "unused",
-                Arc::new(Int32Array::from(vec![0, 0, 0])) as ArrayRef,
-            ),
-        ]);
-        let records = ColumnPlan::new(&batch.schema(), &m)
-            .unwrap()
-            .records(&batch, &m);
-        let first = records[0].as_ref().unwrap();
-        assert_eq!(first.inputs[0].shape, [1, 3]);
-        assert_eq!(first.inputs[1].shape, [1, 1]);
-        assert_eq!(&first.inputs[1].data[..], b"\x02\0\0\0ab");
-        assert_eq!(
-            records[1].as_ref().unwrap_err(),
-            "column 'V' is null in this record"
-        );
-        assert_eq!(
-            records[2].as_ref().unwrap_err(),
-            "column 'S' is null in this record"
-        );
-    }
-
-    #[test]
-    fn columns_that_do_not_fit_the_model_are_refused_up_front() {
-        let m = model(vec![spec("X", DataType::Fp32, &[4])]);
-        let ints = Schema::new(vec![Field::new("X", ArrowType::Int32, false)]);
-        let e = ColumnPlan::new(&ints, &m).unwrap_err();
-        assert!(
-            e.contains("column 'X' holds Int32, but input 'X' is FP32"),
-            "{e}"
-        );
-        let scalars = Schema::new(vec![Field::new("X", ArrowType::Float32, false)]);
-        let e = ColumnPlan::new(&scalars, &m).unwrap_err();
-        assert!(e.contains("takes rows of shape [4]"), "{e}");
-        let other = Schema::new(vec![Field::new("Y", ArrowType::Float32, false)]);
-        let e = ColumnPlan::new(&other, &m).unwrap_err();
-        assert!(
-            e.contains("no column 'X'") && e.contains("columns: Y"),
-            "{e}"
-        );
-        let mut nested = ListBuilder::new(ListBuilder::new(StringBuilder::new()));
-        nested.append(true);
-        let nested = Schema::new(vec![Field::new(
-            "X",
-            nested.finish().data_type().clone(),
-            true,
-        )]);
-        assert!(
-            ColumnPlan::new(&nested, &m)
-                .unwrap_err()
-                .contains("flat list")
-        );
-    }
-
-    #[test]
-    fn a_row_of_the_wrong_length_fails_alone() {
-        let mut lists = ListBuilder::new(Float32Builder::new());
-        lists.values().append_slice(&[1.0, 2.0]);
-        lists.append(true);
-        lists.values().append_slice(&[1.0, 2.0, 3.0]);
-        lists.append(true);
-        let m = model(vec![spec("X", DataType::Fp32, &[2])]);
-        let batch = batch(vec![("X", Arc::new(lists.finish()) as ArrayRef)]);
-        let records = ColumnPlan::new(&batch.schema(), &m)
-            .unwrap()
-            .records(&batch, &m);
-        assert!(records[0].is_ok());
-        let e = records[1].as_ref().unwrap_err();
-        assert!(
-            e.contains("takes rows of shape [2], which 3 elements do not fill"),
-            "{e}"
-        );
-    }
-}
+#[path = "columns_tests.rs"]
+mod tests;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use nereid_protocol::rest::decode_infer_request;
 
-use super::{Record, Source, no_file};
+use super::{Group, Record, Source, no_file};
 use crate::BatchError;
 use crate::spec::ModelSpec;
 
@@ -67,7 +67,7 @@ impl Source for JsonLines {
         self.total
     }
 
-    fn next_chunk(&mut self) -> Result<Option<Vec<Record>>, BatchError> {
+    fn next_chunk(&mut self) -> Result<Option<Vec<Group>>, BatchError> {
         let mut records = Vec::with_capacity(CHUNK);
         while records.len() < CHUNK {
             let mut line = Vec::new();
@@ -78,7 +78,7 @@ impl Source for JsonLines {
             if n == 0 {
                 break;
             }
-            records.push(self.decode(line));
+            records.push(Group::one(self.decode(line)));
         }
         Ok((!records.is_empty()).then_some(records))
     }

@@ -1,15 +1,17 @@
 //! `.npy` inputs: an array per model input, rows along the first axis,
 //! every array with as many rows. The files are mapped, not read: a
-//! record's tensor is a slice of the mapping.
+//! request's tensor is a slice of the mapping, several rows of numbers
+//! at a time (rows of strings are framed one request each).
 
 use std::fs::File;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use nereid_core::tensor::push_bytes_element;
-use nereid_core::{DataType, InferRequest, InputTensor};
+use nereid_core::{DataType, InputTensor};
 
-use super::{InputFiles, Record, Source, no_file};
+use super::{Group, InputFiles, Reading, Source, no_file};
 use crate::BatchError;
 use crate::npy::{self, Element, Header};
 use crate::spec::ModelSpec;
@@ -27,14 +29,15 @@ pub struct NpyArrays {
     next: usize,
     rows: usize,
     chunk_rows: usize,
+    /// Rows per request: one when an array holds strings.
+    group_rows: usize,
 }
 
 impl NpyArrays {
     pub fn open(
         files: &InputFiles,
         model: &ModelSpec,
-        start: u64,
-        chunk_rows: usize,
+        reading: Reading,
     ) -> Result<NpyArrays, BatchError> {
         let named = named_files(files, model)?;
         let arrays = named
@@ -50,23 +53,29 @@ impl NpyArrays {
                 arrays[0].name
             )));
         }
+        let strings = arrays
+            .iter()
+            .any(|a| !matches!(a.header.element, Element::Fixed(_)));
         Ok(NpyArrays {
             arrays,
             model: model.clone(),
-            next: (start as usize).min(rows),
+            next: (reading.start as usize).min(rows),
             rows,
-            chunk_rows,
+            chunk_rows: reading.chunk_rows,
+            group_rows: if strings { 1 } else { reading.group_rows },
         })
     }
 
-    fn record(&self, row: usize) -> Record {
+    /// The request for `rows`, several only when every array holds
+    /// numbers.
+    fn group(&self, rows: Range<usize>) -> Group {
         let inputs = self
             .arrays
             .iter()
             .map(|a| {
                 let size = a.header.row_bytes();
-                let start = a.header.data_offset + row * size;
-                let bytes = a.data.slice(start..start + size);
+                let start = a.header.data_offset + rows.start * size;
+                let bytes = a.data.slice(start..start + rows.len() * size);
                 let row_shape: Vec<i64> = a.header.shape[1..].iter().map(|&d| d as i64).collect();
                 let data = match a.header.element {
                     Element::Fixed(_) => bytes,
@@ -81,21 +90,16 @@ impl NpyArrays {
                 Ok(InputTensor {
                     name: a.name.clone(),
                     datatype: a.datatype,
-                    shape: self.model.request_shape(&row_shape),
+                    shape: self.model.request_shape(rows.len(), &row_shape),
                     data,
                     parameters: Default::default(),
                 })
             })
-            .collect::<Result<Vec<_>, String>>()?;
-        Ok(InferRequest {
-            model_name: self.model.name.clone(),
-            model_version: self.model.version,
-            id: String::new(),
-            inputs,
-            outputs: Vec::new(),
-            parameters: Default::default(),
-            trace: None,
-        })
+            .collect::<Result<Vec<_>, String>>();
+        Group {
+            rows: rows.len(),
+            request: inputs.map(|inputs| super::request(&self.model, inputs)),
+        }
     }
 }
 
@@ -104,11 +108,15 @@ impl Source for NpyArrays {
         self.rows as u64
     }
 
-    fn next_chunk(&mut self) -> Result<Option<Vec<Record>>, BatchError> {
+    fn next_chunk(&mut self) -> Result<Option<Vec<Group>>, BatchError> {
         let end = (self.next + self.chunk_rows).min(self.rows);
-        let records: Vec<Record> = (self.next..end).map(|row| self.record(row)).collect();
+        let step = self.group_rows.max(1);
+        let groups: Vec<Group> = (self.next..end)
+            .step_by(step)
+            .map(|first| self.group(first..end.min(first + step)))
+            .collect();
         self.next = end;
-        Ok((!records.is_empty()).then_some(records))
+        Ok((!groups.is_empty()).then_some(groups))
     }
 }
 
@@ -219,4 +227,79 @@ fn map(file: &File) -> std::io::Result<Bytes> {
     // which nothing is to write while the job runs.
     let map = unsafe { memmap2::Mmap::map(file)? };
     Ok(Bytes::from_owner(map))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::TensorSpec;
+
+    fn model(datatype: DataType) -> ModelSpec {
+        ModelSpec {
+            name: "m".into(),
+            version: None,
+            batching: true,
+            max_batch_size: 8,
+            inputs: vec![TensorSpec {
+                name: "X".into(),
+                datatype,
+                row_dims: vec![2],
+                optional: false,
+            }],
+            outputs: Vec::new(),
+        }
+    }
+
+    fn open(dir: &Path, element: Element, shape: &[usize], data: &[u8]) -> NpyArrays {
+        let path = dir.join("x.npy");
+        let mut file = npy::header(element, shape).unwrap();
+        file.extend_from_slice(data);
+        std::fs::write(&path, file).unwrap();
+        let datatype = match element {
+            Element::Fixed(dt) => dt,
+            _ => DataType::Bytes,
+        };
+        let reading = Reading {
+            start: 1,
+            chunk_rows: 3,
+            group_rows: 2,
+        };
+        NpyArrays::open(&InputFiles::Path(path), &model(datatype), reading).unwrap()
+    }
+
+    /// Each group's rows and its request's first input as (shape, bytes).
+    fn chunk(arrays: &mut NpyArrays) -> Vec<(usize, Vec<i64>, Vec<u8>)> {
+        let groups = arrays.next_chunk().unwrap().unwrap_or_default();
+        groups
+            .into_iter()
+            .map(|g| {
+                let input = g.request.unwrap().inputs.remove(0);
+                (g.rows, input.shape, input.data.to_vec())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rows_of_numbers_go_several_to_a_request_within_a_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0u8..10).collect();
+        let mut arrays = open(dir.path(), Element::Fixed(DataType::Uint8), &[5, 2], &data);
+        assert_eq!(
+            chunk(&mut arrays),
+            [
+                (2, vec![2, 2], vec![2, 3, 4, 5]),
+                (1, vec![1, 2], vec![6, 7])
+            ]
+        );
+        assert_eq!(chunk(&mut arrays), [(1, vec![1, 2], vec![8, 9])]);
+        assert!(arrays.next_chunk().unwrap().is_none());
+    }
+
+    #[test]
+    fn rows_of_strings_go_one_to_a_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut arrays = open(dir.path(), Element::Bytes(1), &[4, 2], b"abcdefgh");
+        let sizes: Vec<usize> = chunk(&mut arrays).iter().map(|g| g.0).collect();
+        assert_eq!(sizes, [1, 1, 1]);
+    }
 }

@@ -160,6 +160,7 @@ impl BatchArgs {
                 ..CommitPolicy::default()
             },
             chunk_rows: 4096,
+            group_rows: None,
         };
         let Repositories { roots, mirrors } = open_repositories(self.model_repository)?;
         Ok(BatchConfig {
