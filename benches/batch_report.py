@@ -80,8 +80,9 @@ def main() -> None:
         "## Batch jobs",
         "",
         f"Written by `benches/batch.sh` on {now} (nereid at git `{rev}`, `{args.nereid_bin}`), "
-        f"on {os.cpu_count()} CPUs ({cpu_model()}); rerun it to refresh. Medians of {args.runs} "
-        "runs, raw ONNX Runtime and `nereid batch` alternated.",
+        f"on {os.cpu_count()} CPUs ({cpu_model()}); rerun it to refresh. "
+        + (f"Medians of {args.runs} runs, raw ONNX Runtime and `nereid batch` alternated."
+           if args.runs > 1 else "One run of each, raw ONNX Runtime first."),
         "",
         "`nereid batch` reads a Parquet file of 256 FP32 per row (a `FixedSizeList` column, row "
         "groups of 65,536, Snappy) and writes a Parquet file with the output column and the "
