@@ -268,13 +268,16 @@ impl Planner {
     /// The mean spacing of the arrivals within the last target's length,
     /// prompted by an answer or not, in µs; `None` with fewer than two.
     fn recent_gap_us(&self, now: Instant) -> Option<f64> {
-        let mut window = self
+        // In arrival order: those older than the window come first.
+        let start = self
             .recent
-            .iter()
-            .filter(|&&t| now - t <= self.config.target);
-        let first = *window.next()?;
-        let (count, last) = window.fold((1u32, first), |(n, _), &t| (n + 1, t));
-        (count >= 2).then(|| micros(last - first) / f64::from(count - 1))
+            .partition_point(|&t| now - t > self.config.target);
+        let count = self.recent.len() - start;
+        if count < 2 {
+            return None;
+        }
+        let (first, last) = (self.recent[start], *self.recent.back()?);
+        Some(micros(last - first) / (count - 1) as f64)
     }
 
     /// The smallest batch that keeps up with the arrivals of the last
