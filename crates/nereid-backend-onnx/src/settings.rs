@@ -14,9 +14,19 @@
 //! instance and the request path need. A config that sets a thread
 //! parameter gets its own pool, as in Triton (`"0"` meaning ONNX Runtime's
 //! default size).
+//!
+//! Threads that spin between runs (ONNX Runtime's default, and the shared
+//! pool's) answer the next run sooner, but burn the cores while the model
+//! is idle. A model batching to a latency target (`nereid.latency_target_ms`)
+//! is idle on purpose while its batcher waits for clients coming back, and
+//! spinning threads then take the CPU those clients need to come back: it
+//! gets a pool of its own whose threads sleep (measured in
+//! docs/latency-target.md). ONNX Runtime's own key
+//! `session.intra_op.allow_spinning` ("0" or "1") sets it for any model,
+//! with a pool of its own.
 
 use nereid_core::BackendError;
-use nereid_core::model_config::{ModelConfig, parse_bool_parameter};
+use nereid_core::model_config::{LATENCY_TARGET_PARAMETER, ModelConfig, parse_bool_parameter};
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 
 /// What a config asks of an ONNX Runtime session. `None` leaves ONNX
@@ -32,6 +42,9 @@ pub(crate) struct SessionSettings {
     pub(crate) optimization: GraphOptimizationLevel,
     pub(crate) mem_arena: Option<bool>,
     pub(crate) mem_pattern: Option<bool>,
+    /// Whether the session's own pool spins between runs (`None`: ONNX
+    /// Runtime's default, which spins).
+    pub(crate) spinning: Option<bool>,
     /// Session config entries passed through verbatim.
     pub(crate) config_entries: Vec<(String, String)>,
     /// Run config entries, set on every run's options.
@@ -40,6 +53,9 @@ pub(crate) struct SessionSettings {
 
 /// Session config keys Triton passes straight to ONNX Runtime.
 const SESSION_KEYS: [&str; 1] = ["session.use_device_allocator_for_initializers"];
+
+/// ONNX Runtime's session key for spinning intra-op threads.
+const SPINNING_KEY: &str = "session.intra_op.allow_spinning";
 
 /// Run config keys Triton passes straight to ONNX Runtime.
 const RUN_KEYS: [&str; 1] = ["memory.enable_memory_arena_shrinkage"];
@@ -89,18 +105,31 @@ impl SessionSettings {
                 .filter_map(|key| param(key).map(|v| (key.to_string(), v.to_string())))
                 .collect()
         };
+        let spinning = match flag(SPINNING_KEY)? {
+            Some(spin) => Some(spin),
+            None if param(LATENCY_TARGET_PARAMETER).is_some() => Some(false),
+            None => None,
+        };
         let own_threads = parallel_execution
+            || spinning.is_some()
             || ["intra_op_thread_count", "inter_op_thread_count"]
                 .iter()
                 .any(|key| param(key).is_some());
+        // A pool of its own that only the spinning asked for is as large
+        // as the shared one: a thread per core the process may use.
+        let intra_op_threads = match threads("intra_op_thread_count")? {
+            None if spinning.is_some() => std::thread::available_parallelism().ok().map(Into::into),
+            n => n,
+        };
         Ok(SessionSettings {
             own_threads,
-            intra_op_threads: threads("intra_op_thread_count")?,
+            intra_op_threads,
             inter_op_threads: threads("inter_op_thread_count")?,
             parallel_execution,
             optimization: optimization_level(level),
             mem_arena: flag("enable_mem_arena")?,
             mem_pattern: flag("enable_mem_pattern")?,
+            spinning,
             config_entries: entries(&SESSION_KEYS),
             run_config_entries: entries(&RUN_KEYS),
         })
@@ -117,6 +146,9 @@ impl SessionSettings {
         }
         if let Some(n) = self.inter_op_threads {
             builder = builder.with_inter_threads(n)?;
+        }
+        if let Some(spin) = self.spinning {
+            builder = builder.with_intra_op_spinning(spin)?;
         }
         if self.parallel_execution {
             builder = builder.with_parallel_execution(true)?;
@@ -167,8 +199,34 @@ mod tests {
         assert!(!s.parallel_execution);
         assert_eq!(s.optimization, GraphOptimizationLevel::All);
         assert_eq!(s.mem_arena, None);
+        assert_eq!(s.spinning, None);
         assert!(s.config_entries.is_empty());
         assert!(s.run_config_entries.is_empty());
+    }
+
+    #[test]
+    fn a_latency_target_gets_a_pool_of_its_own_that_does_not_spin() {
+        let s = SessionSettings::from_config(&config(&[(LATENCY_TARGET_PARAMETER, "50")])).unwrap();
+        assert!(s.own_threads);
+        assert_eq!(s.spinning, Some(false));
+        let cores = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(s.intra_op_threads, Some(cores));
+
+        // The thread count and the spinning can each be set as well.
+        let s = SessionSettings::from_config(&config(&[
+            (LATENCY_TARGET_PARAMETER, "50"),
+            (SPINNING_KEY, "1"),
+            ("intra_op_thread_count", "1"),
+        ]))
+        .unwrap();
+        assert_eq!((s.spinning, s.intra_op_threads), (Some(true), Some(1)));
+
+        let s = SessionSettings::from_config(&config(&[(SPINNING_KEY, "off")])).unwrap();
+        assert!(s.own_threads);
+        assert_eq!(s.spinning, Some(false));
+        let err =
+            SessionSettings::from_config(&config(&[(SPINNING_KEY, "sometimes")])).unwrap_err();
+        assert!(err.to_string().contains(SPINNING_KEY), "{err}");
     }
 
     #[test]

@@ -13,6 +13,12 @@ pub const FILE_DESCRIPTOR_SET: &[u8] =
 /// Full protobuf name of the `ModelConfig` message.
 pub const MODEL_CONFIG_MESSAGE: &str = "inference.ModelConfig";
 
+/// The model parameter that turns on batching to a latency target, in
+/// milliseconds (the scheduler's; the ONNX backend reads it too, to stop
+/// its threads spinning while the batcher waits). Triton's backends ignore
+/// parameters they do not know.
+pub const LATENCY_TARGET_PARAMETER: &str = "nereid.latency_target_ms";
+
 /// A boolean model parameter (`parameters { key: "..." value: {
 /// string_value: "on" } }`) in the spellings Triton's backends accept
 /// (`ParseBoolValue`): true/false, 1/0, on/off, yes/no, in any case.

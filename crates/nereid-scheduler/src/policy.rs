@@ -13,7 +13,7 @@ use crate::target::LatencyTarget;
 /// The model parameter that turns on batching to a latency target, in
 /// milliseconds, and the one that names the percentile it is meant for.
 /// Triton's backends ignore parameters they do not know.
-pub const TARGET_KEY: &str = "nereid.latency_target_ms";
+pub const TARGET_KEY: &str = nereid_core::model_config::LATENCY_TARGET_PARAMETER;
 pub const PERCENTILE_KEY: &str = "nereid.latency_target_percentile";
 
 /// Requests one priority level may hold when its policy sets no

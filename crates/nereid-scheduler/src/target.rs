@@ -468,12 +468,19 @@ impl Planner {
     }
 
     /// A batch came back at `at`: its cost feeds the model, its requests'
-    /// latencies the controller.
+    /// latencies the controller. The model's first batch is its warm-up and
+    /// teaches neither: ONNX Runtime's first run allocates its arena and
+    /// packs its weights (ten times a warm run's cost on the MLP of the
+    /// benchmark), and a cost line that starts there refused the clients
+    /// of a load that began at 16 at once.
     pub fn executed(&mut self, id: u64, at: Instant) {
         let Some(i) = self.running.iter().position(|r| r.id == id) else {
             return;
         };
         let batch = self.running.swap_remove(i);
+        if batch.id == 0 {
+            return;
+        }
         self.cost.observe(batch.inferences, at - batch.dispatched);
         let target = scaled(self.config.target, MISS_AT);
         let misses = batch.submitted.iter().filter(|&&s| at - s > target).count();

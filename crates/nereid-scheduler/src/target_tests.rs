@@ -242,6 +242,32 @@ async fn one_miss_within_the_allowance_is_forgiven() {
     assert_eq!(planner.budget(None), ms(16));
 }
 
+/// Runs the model's first batch, its warm-up, which teaches no cost, and
+/// lets a pause longer than any target here pass after it.
+async fn warm_up(q: &mut QueueState<crate::queue::tests::Req>) {
+    q.push(req(0), Instant::now()).unwrap();
+    let batch = q.step(Instant::now(), 1, 0).batch.unwrap();
+    advance(ms(500)).await;
+    q.executed(batch, Instant::now());
+    advance(ms(2000)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_first_batch_is_a_warm_up_and_teaches_no_cost() {
+    let mut q = QueueState::new(target_config(4, 50));
+    let gauges = q.target_gauges().unwrap();
+    warm_up(&mut q).await;
+    assert_eq!(gauges.snapshot().intercept_us, 0.0);
+    assert_eq!(gauges.snapshot().per_inference_us, 0.0);
+    // Its 500 ms would have refused this one behind a running batch.
+    q.push(req(1), Instant::now()).unwrap();
+    let batch = q.step(Instant::now(), 1, 0).batch.unwrap();
+    q.push(req(2), Instant::now()).unwrap();
+    advance(ms(10)).await;
+    q.executed(batch, Instant::now());
+    assert!((gauges.snapshot().per_inference_us - 10_000.0).abs() < 1.0);
+}
+
 fn target_config(max: u64, ms_: u64) -> crate::BatcherConfig {
     let mut c = config(max, 0);
     c.latency_target = Some(target(ms_));
@@ -255,6 +281,7 @@ fn target_config(max: u64, ms_: u64) -> crate::BatcherConfig {
 async fn the_queue_learns_costs_and_sheds_on_arrival() {
     let mut q = QueueState::new(target_config(4, 50));
     let gauges = q.target_gauges().unwrap();
+    warm_up(&mut q).await;
     q.push(req(1), Instant::now()).unwrap();
     let step = q.step(Instant::now(), 1, 0);
     assert_eq!(step.dispatch.map(|d| d.len()), Some(1));
@@ -291,6 +318,7 @@ async fn the_queue_learns_costs_and_sheds_on_arrival() {
 #[tokio::test(start_paused = true)]
 async fn a_short_request_timeout_is_its_deadline() {
     let mut q = QueueState::new(target_config(4, 100));
+    warm_up(&mut q).await;
     q.push(req(1), Instant::now()).unwrap();
     let batch = q.step(Instant::now(), 1, 0).batch.unwrap();
     advance(ms(20)).await;
@@ -305,6 +333,7 @@ async fn a_configured_delay_bounds_the_wait() {
     let mut c = target_config(8, 1000);
     c.max_queue_delay = ms(5);
     let mut q = QueueState::new(c);
+    warm_up(&mut q).await;
     q.push(req(1), Instant::now()).unwrap();
     let batch = q.step(Instant::now(), 1, 0).batch.unwrap();
     advance(ms(1)).await;
