@@ -25,8 +25,11 @@ from tritonclient.utils import InferenceServerException
 from conftest import REPO_ROOT, start_server, stop_server
 
 PERF_ANALYZER = REPO_ROOT / ".tools" / "perf_analyzer" / "perf_analyzer.sh"
-# The 99.9th percentile of chi-square with one degree of freedom.
-CHI2_1DF_999 = 10.83
+# The 99.9999th percentile of chi-square with one degree of freedom: a fair
+# split fails the test once in a million runs (at the 99.9th, 10.83, one
+# run of CI in a thousand would), while a share off by a fifth (10 % seen
+# as 8 or 12 % over 10,000 requests) still gives 44 and fails it.
+CHI2_1DF = 23.93
 
 # Version 1 adds, version 2 subtracts: the answer says which version gave it.
 AB = REPO_ROOT / "model_repository" / "add_sub_versions"
@@ -199,7 +202,7 @@ def test_a_split_follows_its_weights_over_10000_requests(traffic_server):
     canary = versions.count(2)
     expected = [0.9 * n, 0.1 * n]
     chi2 = sum((seen - e) ** 2 / e for seen, e in zip([n - canary, canary], expected))
-    assert chi2 < CHI2_1DF_999, f"{canary} of {n} went to the canary"
+    assert chi2 < CHI2_1DF, f"{canary} of {n} went to the canary"
     # Per-version statistics count them.
     stats = {s["version"]: s["inference_stats"]["success"]["count"]
              for s in requests.get(f"{server.base}/v2/models/ab/stats").json()["model_stats"]}
