@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import struct
 import time
@@ -290,11 +291,18 @@ def test_two_nereids_in_one_group_share_the_partitions_and_lose_nothing(broker, 
     first = start_nereid(tmp_path, config, name="first")
     second = None
     try:
-        produce(broker.bootstrap, "in", [{**simple_record(i), "partition": i % 4} for i in range(n)])
+        records = [{**simple_record(i), "partition": i % 4} for i in range(n)]
+        produce(broker.bootstrap, "in", records[: n // 2])
         second = start_nereid(tmp_path, config, name="second")
+        # The first may have answered every record already by then (a fresh
+        # clone's run did): the second half goes once the second consumer
+        # holds partitions, so that it has records of its own to answer.
+        wait_for(lambda: re.search(r"Kafka partitions assigned: \S", second.log()) is not None,
+                 60, "the second consumer to be assigned partitions")
+        produce(broker.bootstrap, "in", records[n // 2:])
         processed = 'nereid_kafka_records_processed_total{topic="in"}'
         wait_for(lambda: metric_values(second).get(processed, 0) > 0, 60,
-                 "the second consumer to take partitions")
+                 "the second consumer to answer records")
         # The first leaves mid-stream: its partitions move to the second.
         assert stop_server(first) == 0, first.log()
         out = read(broker.bootstrap, "out", all_keys(n), timeout=120)
