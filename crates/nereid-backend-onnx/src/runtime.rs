@@ -99,11 +99,16 @@ pub(crate) fn runtime(library: &Path) -> Result<Runtime, BackendError> {
 /// The process-wide pool: a thread per core; inter-op
 /// parallelism stays off (sessions that ask for it get a pool of their own).
 fn shared_pool() -> ort::Result<GlobalThreadPoolOptions> {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     GlobalThreadPoolOptions::default()
-        .with_intra_threads(cores)?
+        .with_intra_threads(shared_pool_threads())?
         .with_inter_threads(1)?
         .with_spin_control(true)
+}
+
+/// Intra-op threads of the process-wide pool: one per core the process
+/// may use.
+pub(crate) fn shared_pool_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }
 
 /// The load error with its cause: libloading says only "dlopen failed" and

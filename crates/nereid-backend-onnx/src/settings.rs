@@ -116,9 +116,9 @@ impl SessionSettings {
                 .iter()
                 .any(|key| param(key).is_some());
         // A pool of its own that only the spinning asked for is as large
-        // as the shared one: a thread per core the process may use.
+        // as the shared one.
         let intra_op_threads = match threads("intra_op_thread_count")? {
-            None if spinning.is_some() => std::thread::available_parallelism().ok().map(Into::into),
+            None if spinning.is_some() => Some(crate::runtime::shared_pool_threads()),
             n => n,
         };
         Ok(SessionSettings {
