@@ -8,17 +8,7 @@ use nereid_engine::split_rows;
 /// The response of each of the `rows` rows that `response` answers, every
 /// output cut along its first dimension, in order.
 pub fn response(response: InferResponse, rows: usize) -> Result<Vec<InferResponse>, String> {
-    let ones = vec![1u64; rows];
-    let mut outputs: Vec<Vec<Tensor>> = (0..rows)
-        .map(|_| Vec::with_capacity(response.outputs.len()))
-        .collect();
-    for output in &response.outputs {
-        let pieces = split_rows(output, &ones).map_err(|e| e.message().to_string())?;
-        for (row, piece) in outputs.iter_mut().zip(pieces) {
-            row.push(piece);
-        }
-    }
-    Ok(outputs
+    Ok(cut(&response.outputs, rows)?
         .into_iter()
         .map(|outputs| InferResponse {
             model_name: response.model_name.clone(),
@@ -34,35 +24,49 @@ pub fn response(response: InferResponse, rows: usize) -> Result<Vec<InferRespons
 /// The request of each of the `rows` rows that `request` holds, every
 /// input cut along its first dimension, in order.
 pub fn request(request: InferRequest, rows: usize) -> Result<Vec<InferRequest>, String> {
-    let ones = vec![1u64; rows];
-    let mut inputs: Vec<Vec<InputTensor>> = (0..rows)
-        .map(|_| Vec::with_capacity(request.inputs.len()))
-        .collect();
-    for input in &request.inputs {
-        let whole = Tensor {
+    let wholes: Vec<Tensor> = request
+        .inputs
+        .iter()
+        .map(|input| Tensor {
             name: input.name.clone(),
             datatype: input.datatype,
             shape: input.shape.clone(),
             data: input.data.clone(),
-        };
-        let pieces = split_rows(&whole, &ones).map_err(|e| e.message().to_string())?;
-        for (row, piece) in inputs.iter_mut().zip(pieces) {
-            row.push(InputTensor {
-                name: piece.name,
-                datatype: piece.datatype,
-                shape: piece.shape,
-                data: piece.data,
-                parameters: input.parameters.clone(),
-            });
-        }
-    }
-    Ok(inputs
+        })
+        .collect();
+    Ok(cut(&wholes, rows)?
         .into_iter()
-        .map(|inputs| InferRequest {
-            inputs,
+        .map(|pieces| InferRequest {
+            inputs: pieces
+                .into_iter()
+                .zip(&request.inputs)
+                .map(|(piece, input)| InputTensor {
+                    name: piece.name,
+                    datatype: piece.datatype,
+                    shape: piece.shape,
+                    data: piece.data,
+                    parameters: input.parameters.clone(),
+                })
+                .collect(),
             ..request.clone()
         })
         .collect())
+}
+
+/// Each of the `rows` rows' piece of every tensor of `tensors`, in order:
+/// `pieces[row][tensor]`.
+fn cut(tensors: &[Tensor], rows: usize) -> Result<Vec<Vec<Tensor>>, String> {
+    let ones = vec![1u64; rows];
+    let mut pieces: Vec<Vec<Tensor>> = (0..rows)
+        .map(|_| Vec::with_capacity(tensors.len()))
+        .collect();
+    for tensor in tensors {
+        let cut = split_rows(tensor, &ones).map_err(|e| e.message().to_string())?;
+        for (row, piece) in pieces.iter_mut().zip(cut) {
+            row.push(piece);
+        }
+    }
+    Ok(pieces)
 }
 
 #[cfg(test)]
