@@ -22,6 +22,8 @@ mod progress;
 pub mod read;
 pub mod spec;
 mod split;
+#[cfg(test)]
+mod testing;
 pub mod write;
 
 pub use error::BatchError;

@@ -75,6 +75,7 @@ mod tests {
     use nereid_core::{DataType, Parameters};
 
     use super::*;
+    use crate::testing;
 
     fn ints(name: &str, shape: &[i64], values: &[i32]) -> Tensor {
         Tensor {
@@ -98,10 +99,9 @@ mod tests {
             nereid_core::tensor::push_bytes_element(&mut strings, word);
         }
         let response = InferResponse {
-            model_name: "m".into(),
             model_version: 3,
             id: "x".into(),
-            outputs: vec![
+            ..testing::response(vec![
                 ints("A", &[2, 3], &[1, 2, 3, 4, 5, 6]),
                 Tensor {
                     name: "S".into(),
@@ -109,9 +109,7 @@ mod tests {
                     shape: vec![2, 2],
                     data: Bytes::from(strings),
                 },
-            ],
-            parameters: Parameters::new(),
-            in_shared_memory: Vec::new(),
+            ])
         };
         let rows = super::response(response, 2).unwrap();
         assert_eq!(rows.len(), 2);
@@ -124,14 +122,7 @@ mod tests {
 
     #[test]
     fn an_answer_without_a_row_per_record_is_an_error() {
-        let response = InferResponse {
-            model_name: "m".into(),
-            model_version: 1,
-            id: String::new(),
-            outputs: vec![ints("A", &[1, 2], &[1, 2])],
-            parameters: Parameters::new(),
-            in_shared_memory: Vec::new(),
-        };
+        let response = testing::response(vec![ints("A", &[1, 2], &[1, 2])]);
         let e = super::response(response, 2).unwrap_err();
         assert!(e.contains("output 'A' has 1 rows for a batch of 2"), "{e}");
     }

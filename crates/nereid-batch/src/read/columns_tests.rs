@@ -7,25 +7,10 @@ use arrow_array::{Int32Array, StringArray};
 use arrow_schema::{Field, Schema};
 
 use super::*;
+use crate::testing::{self, spec};
 
 fn model(inputs: Vec<TensorSpec>) -> ModelSpec {
-    ModelSpec {
-        name: "m".into(),
-        version: None,
-        batching: true,
-        max_batch_size: 8,
-        inputs,
-        outputs: Vec::new(),
-    }
-}
-
-fn spec(name: &str, datatype: DataType, dims: &[i64]) -> TensorSpec {
-    TensorSpec {
-        name: name.into(),
-        datatype,
-        row_dims: dims.to_vec(),
-        optional: false,
-    }
+    testing::model(inputs, Vec::new())
 }
 
 fn batch(columns: Vec<(&str, ArrayRef)>) -> RecordBatch {

@@ -232,22 +232,10 @@ fn map(file: &File) -> std::io::Result<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::TensorSpec;
+    use crate::testing::{self, spec};
 
     fn model(datatype: DataType) -> ModelSpec {
-        ModelSpec {
-            name: "m".into(),
-            version: None,
-            batching: true,
-            max_batch_size: 8,
-            inputs: vec![TensorSpec {
-                name: "X".into(),
-                datatype,
-                row_dims: vec![2],
-                optional: false,
-            }],
-            outputs: Vec::new(),
-        }
+        testing::model(vec![spec("X", datatype, &[2])], Vec::new())
     }
 
     fn open(dir: &Path, element: Element, shape: &[usize], data: &[u8]) -> NpyArrays {

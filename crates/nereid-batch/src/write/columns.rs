@@ -291,39 +291,12 @@ mod tests {
     use arrow_array::cast::AsArray;
     use arrow_array::types::Float32Type;
     use bytes::Bytes;
-    use nereid_core::Parameters;
 
     use super::*;
+    use crate::testing::{self, response, spec};
 
     fn model(outputs: Vec<TensorSpec>) -> ModelSpec {
-        ModelSpec {
-            name: "m".into(),
-            version: None,
-            batching: true,
-            max_batch_size: 8,
-            inputs: Vec::new(),
-            outputs,
-        }
-    }
-
-    fn spec(name: &str, datatype: DataType, dims: &[i64]) -> TensorSpec {
-        TensorSpec {
-            name: name.into(),
-            datatype,
-            row_dims: dims.to_vec(),
-            optional: false,
-        }
-    }
-
-    fn response(outputs: Vec<Tensor>) -> InferResponse {
-        InferResponse {
-            model_name: "m".into(),
-            model_version: 1,
-            id: String::new(),
-            outputs,
-            parameters: Parameters::new(),
-            in_shared_memory: Vec::new(),
-        }
+        testing::model(Vec::new(), outputs)
     }
 
     fn floats(name: &str, values: &[f32]) -> Tensor {

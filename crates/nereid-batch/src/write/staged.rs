@@ -190,44 +190,25 @@ pub fn recover(output: &Path, format: Format) -> Result<Recovered, BatchError> {
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use nereid_core::{DataType, Parameters, Tensor};
+    use nereid_core::{DataType, Tensor};
 
     use super::*;
-    use crate::spec::TensorSpec;
+    use crate::testing::{self, response, spec};
 
     fn model() -> ModelSpec {
-        ModelSpec {
-            name: "m".into(),
-            version: None,
-            batching: true,
-            max_batch_size: 8,
-            inputs: Vec::new(),
-            outputs: vec![TensorSpec {
-                name: "Y".into(),
-                datatype: DataType::Int32,
-                row_dims: vec![1],
-                optional: false,
-            }],
-        }
+        testing::model(Vec::new(), vec![spec("Y", DataType::Int32, &[1])])
     }
 
     fn result(i: i32) -> Result<InferResponse, String> {
         if i % 3 == 2 {
             return Err(format!("record {i} failed"));
         }
-        Ok(InferResponse {
-            model_name: "m".into(),
-            model_version: 1,
-            id: String::new(),
-            outputs: vec![Tensor {
-                name: "Y".into(),
-                datatype: DataType::Int32,
-                shape: vec![1, 1],
-                data: Bytes::from(i.to_le_bytes().to_vec()),
-            }],
-            parameters: Parameters::new(),
-            in_shared_memory: Vec::new(),
-        })
+        Ok(response(vec![Tensor {
+            name: "Y".into(),
+            datatype: DataType::Int32,
+            shape: vec![1, 1],
+            data: Bytes::from(i.to_le_bytes().to_vec()),
+        }]))
     }
 
     fn policy() -> CommitPolicy {
