@@ -4,10 +4,12 @@
 //! each marked with Triton's `triton_final_response` parameter. A failed
 //! request is answered in `error_message` with its id; the stream stays
 //! open. Answers of different requests interleave in completion order;
-//! one request's answers keep their order.
+//! one request's answers keep their order, and the requests of one
+//! sequence are answered in the order they came.
 
 use futures::stream::{BoxStream, SelectAll};
 use futures::{Stream, StreamExt};
+use std::collections::HashMap;
 use std::time::Instant;
 
 use nereid_core::{Activity, Error, Trace};
@@ -17,7 +19,7 @@ use nereid_protocol::inference::infer_parameter::ParameterChoice;
 use nereid_protocol::inference::{
     InferParameter, ModelInferRequest, ModelInferResponse, ModelStreamInferResponse,
 };
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tonic::{Request, Status, Streaming};
 use tracing::Instrument;
 
@@ -68,6 +70,60 @@ pub async fn infer(
 /// One answer on the stream, with the trace of its request.
 type Traced = (ModelStreamInferResponse, Option<Trace>);
 
+/// Where a request stands among the requests of its sequence on one
+/// stream: its answers wait until `after` (the previous request's turn)
+/// ends, and its own `turn` ends with its last answer.
+#[derive(Default)]
+struct Turn {
+    after: Option<oneshot::Receiver<()>>,
+    turn: Option<oneshot::Sender<()>>,
+}
+
+/// Keeps the answers of each sequence on one stream in the order its
+/// requests came. The engine runs a sequence's steps in order, but their
+/// answers may be picked up from the engine in another order when the
+/// stream is busy; Triton's clients read a sequence's answers in order.
+#[derive(Default)]
+struct SequenceTurns {
+    /// The turn of the latest request of each sequence, by model and id.
+    latest: HashMap<(String, String, String), oneshot::Receiver<()>>,
+    /// How many sequences to hold before dropping those whose turns ended.
+    prune_at: usize,
+}
+
+impl SequenceTurns {
+    /// The turn of `request`: none unless it belongs to a sequence.
+    fn take(&mut self, request: &ModelInferRequest) -> Turn {
+        let id = match request.parameters.get("sequence_id") {
+            Some(InferParameter {
+                parameter_choice: Some(ParameterChoice::Int64Param(0)),
+            }) => return Turn::default(),
+            Some(InferParameter {
+                parameter_choice: Some(ParameterChoice::Int64Param(id)),
+            }) => id.to_string(),
+            Some(InferParameter {
+                parameter_choice: Some(ParameterChoice::StringParam(id)),
+            }) if !id.is_empty() => format!("'{id}'"),
+            _ => return Turn::default(),
+        };
+        if self.latest.len() >= self.prune_at {
+            self.latest
+                .retain(|_, turn| turn.try_recv() == Err(oneshot::error::TryRecvError::Empty));
+            self.prune_at = (2 * self.latest.len()).max(64);
+        }
+        let (turn, ended) = oneshot::channel();
+        let key = (
+            request.model_name.clone(),
+            request.model_version.clone(),
+            id,
+        );
+        Turn {
+            after: self.latest.insert(key, ended),
+            turn: Some(turn),
+        }
+    }
+}
+
 /// One request's answers on the stream, in order: its one answer, or a
 /// decoupled model's responses; each says whether it is the last. A final
 /// flag that comes alone is sent as an empty response only when the
@@ -76,6 +132,7 @@ fn request_answers(
     engine: Engine,
     request: ModelInferRequest,
     trace: Option<Trace>,
+    turn: Turn,
 ) -> BoxStream<'static, Traced> {
     let id = request.id.clone();
     let model = request.model_name.clone();
@@ -111,19 +168,34 @@ fn request_answers(
             Ok(request) => engine.infer_any(request).await,
             Err(e) => Err(e),
         };
+        let Turn { after, mut turn } = turn;
+        if let Some(after) = after {
+            // Ended or dropped, the previous request has sent its last answer.
+            let _ = after.await;
+        }
+        // Ending the turn as the last answer is yielded lets the next
+        // request's answers follow it, not precede it: the stream loop
+        // takes this answer before it polls that request again.
         match answer {
-            Err(e) => yield sent(error(e, true), &trace),
+            Err(e) => {
+                drop(turn.take());
+                yield sent(error(e, true), &trace);
+            }
             Ok(Answer::One(response)) => {
                 if let Some(trace) = &trace {
                     trace.record(Activity::InferResponseComplete);
                 }
                 let mut response = wire::encode_infer_response(response);
                 mark_final(&mut response, true);
+                drop(turn.take());
                 yield sent(ok(response), &trace);
             }
             Ok(Answer::Stream(mut responses)) => {
                 while let Some(streamed) = responses.next().await {
                     let last = streamed.last;
+                    if last {
+                        drop(turn.take());
+                    }
                     match streamed.response {
                         Some(Ok(response)) => {
                             let mut response = wire::encode_infer_response(response);
@@ -200,6 +272,7 @@ pub fn answers(
     let mut requests = call.into_inner();
     async_stream::stream! {
         let mut pending: SelectAll<BoxStream<'static, Traced>> = SelectAll::new();
+        let mut sequences = SequenceTurns::default();
         let mut reading = true;
         let mut failure = None;
         loop {
@@ -221,7 +294,8 @@ pub fn answers(
                         trace.record(Activity::GrpcWaitreadEnd);
                     }
                     waiting_since = Instant::now();
-                    pending.push(request_answers(engine.clone(), *request, trace));
+                    let turn = sequences.take(&request);
+                    pending.push(request_answers(engine.clone(), *request, trace, turn));
                 }
                 Event::Answer((answer, trace)) => {
                     yield Ok(answer);
@@ -241,5 +315,75 @@ pub fn answers(
         if let Some(status) = failure {
             yield Err(status);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(model: &str, id: Option<ParameterChoice>) -> ModelInferRequest {
+        let mut request = ModelInferRequest {
+            model_name: model.to_owned(),
+            ..Default::default()
+        };
+        if let Some(id) = id {
+            let id = InferParameter {
+                parameter_choice: Some(id),
+            };
+            request.parameters.insert("sequence_id".to_owned(), id);
+        }
+        request
+    }
+
+    #[test]
+    fn a_sequences_requests_wait_one_for_another() {
+        let mut turns = SequenceTurns::default();
+        let first = turns.take(&step("acc", Some(ParameterChoice::Int64Param(7))));
+        assert!(first.after.is_none());
+        let mut second = turns.take(&step("acc", Some(ParameterChoice::Int64Param(7))));
+        let mut after = second.after.take().expect("waits for the first");
+        assert_eq!(after.try_recv(), Err(oneshot::error::TryRecvError::Empty));
+        drop(first);
+        assert_eq!(after.try_recv(), Err(oneshot::error::TryRecvError::Closed));
+        // Another sequence, another model, or a string id that reads the
+        // same as a number are other chains.
+        for other in [
+            step("acc", Some(ParameterChoice::Int64Param(8))),
+            step("other", Some(ParameterChoice::Int64Param(7))),
+            step("acc", Some(ParameterChoice::StringParam("7".into()))),
+        ] {
+            assert!(turns.take(&other).after.is_none());
+        }
+    }
+
+    #[test]
+    fn requests_outside_a_sequence_wait_for_none() {
+        let mut turns = SequenceTurns::default();
+        for id in [None, Some(ParameterChoice::Int64Param(0))] {
+            let request = step("acc", id.clone());
+            let (first, second) = (turns.take(&request), turns.take(&request));
+            assert!(first.turn.is_none() && second.after.is_none());
+        }
+        assert!(turns.latest.is_empty());
+    }
+
+    #[test]
+    fn ended_sequences_are_forgotten() {
+        let mut turns = SequenceTurns::default();
+        let live: Vec<Turn> = (1..=40)
+            .map(|id| turns.take(&step("acc", Some(ParameterChoice::Int64Param(id)))))
+            .collect();
+        for id in 41..=200 {
+            drop(turns.take(&step("acc", Some(ParameterChoice::Int64Param(id)))));
+        }
+        // The ended ones went at each pruning; the 40 live ones stayed.
+        assert!(turns.latest.len() < 40 + 64, "{}", turns.latest.len());
+        assert!((1..=40).all(|id| turns.latest.contains_key(&(
+            "acc".into(),
+            String::new(),
+            id.to_string()
+        ))));
+        drop(live);
     }
 }
