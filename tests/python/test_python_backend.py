@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -202,15 +203,28 @@ def test_an_exception_in_execute_fails_the_batch_with_the_traceback(srv):
 def test_batched_requests_reach_execute_together_and_answer_separately(srv):
     before = model_stats(srv, "error_response")
     values = [np.full((1, 3), v, dtype=np.float32) for v in (1, -1, 2, 3, -5, 4)]
+    # Each thread connects first and all send at once, so that a slow
+    # start of one thread on a busy machine cannot miss the 20 ms window.
+    clients = [grpcclient.InferenceServerClient(srv.grpc_url) for _ in values]
+    for client in clients:
+        assert client.is_server_ready()
+    together = threading.Barrier(len(values))
 
-    def one(x):
+    def one(client, x):
+        tensor = grpcclient.InferInput("IN", list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        together.wait(timeout=30)
         try:
-            return infer(srv, "grpc", "error_response", [("IN", x, "FP32")]).outputs["OUT"]
+            return client.infer("error_response", [tensor], client_timeout=30).as_numpy("OUT")
         except InferenceServerException as e:
             return e.message()
 
-    with ThreadPoolExecutor(6) as pool:
-        answers = list(pool.map(one, values))
+    try:
+        with ThreadPoolExecutor(len(values)) as pool:
+            answers = list(pool.map(one, clients, values))
+    finally:
+        for client in clients:
+            client.close()
     for x, answer in zip(values, answers):
         if x[0, 0] < 0:
             assert "IN must not be negative" in answer
