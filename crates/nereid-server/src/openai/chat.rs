@@ -12,8 +12,7 @@ use super::error::ApiError;
 use super::generate::{self, DEFAULT_MAX_TOKENS, Generation, SamplingParameters};
 use super::models::{Use, resolve};
 use super::schema::{
-    AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChatMessage, ChatRequest, ChunkChoice,
-    Content, Delta, Usage,
+    AssistantMessage, ChatChoice, ChatMessage, ChatRequest, ChunkChoice, Content, Delta, Usage,
 };
 use super::stream::{self, Chunks};
 use super::template::{ChatTemplate, TemplateMessage};
@@ -52,16 +51,7 @@ pub async fn create(State(state): State<OpenAi>, body: Bytes) -> Result<Response
         logprobs: None,
         finish_reason: generation.finish_reason(usage),
     };
-    Ok(Json(ChatCompletion {
-        id: reply.id,
-        object: "chat.completion",
-        created: reply.created,
-        model: reply.model,
-        choices: vec![choice],
-        system_fingerprint: None,
-        usage,
-    })
-    .into_response())
+    Ok(Json(reply.envelope("chat.completion", vec![choice], usage)).into_response())
 }
 
 fn generation(request: &ChatRequest, prompt: String) -> Generation {
@@ -206,15 +196,7 @@ struct ChatChunks(Reply);
 
 impl ChatChunks {
     fn chunk(&self, choices: Vec<ChunkChoice>, usage: Option<Usage>) -> String {
-        let chunk = ChatChunk {
-            id: self.0.id.clone(),
-            object: "chat.completion.chunk",
-            created: self.0.created,
-            model: self.0.model.clone(),
-            choices,
-            system_fingerprint: None,
-            usage,
-        };
+        let chunk = self.0.envelope("chat.completion.chunk", choices, usage);
         serde_json::to_string(&chunk).unwrap_or_default()
     }
 

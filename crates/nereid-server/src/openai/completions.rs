@@ -137,7 +137,7 @@ impl Reply {
         text: String,
         finish: Option<&'static str>,
         usage: Option<Usage>,
-    ) -> Completion {
+    ) -> Completion<CompletionChoice> {
         let choice = CompletionChoice {
             index: 0,
             text,
@@ -147,16 +147,12 @@ impl Reply {
         self.completion_with(vec![choice], usage)
     }
 
-    fn completion_with(&self, choices: Vec<CompletionChoice>, usage: Option<Usage>) -> Completion {
-        Completion {
-            id: self.id.clone(),
-            object: "text_completion",
-            created: self.created,
-            model: self.model.clone(),
-            choices,
-            system_fingerprint: None,
-            usage,
-        }
+    fn completion_with(
+        &self,
+        choices: Vec<CompletionChoice>,
+        usage: Option<Usage>,
+    ) -> Completion<CompletionChoice> {
+        self.envelope("text_completion", choices, usage)
     }
 }
 

@@ -42,6 +42,7 @@ use tokio::net::TcpListener;
 
 pub use auth::ApiKey;
 use error::ApiError;
+use schema::{Completion, Usage};
 
 /// Where the OpenAI frontend listens and what it asks of clients.
 #[derive(Debug, Clone)]
@@ -104,6 +105,24 @@ impl Reply {
             id: new_id(prefix),
             created: unix_seconds(),
             model,
+        }
+    }
+
+    /// The answer's envelope around `choices`, of the kind `object` names.
+    fn envelope<C>(
+        &self,
+        object: &'static str,
+        choices: Vec<C>,
+        usage: Option<Usage>,
+    ) -> Completion<C> {
+        Completion {
+            id: self.id.clone(),
+            object,
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            system_fingerprint: None,
+            usage,
         }
     }
 }

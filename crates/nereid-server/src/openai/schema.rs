@@ -199,14 +199,15 @@ pub struct CompletionChoice {
     pub finish_reason: Option<&'static str>,
 }
 
-/// A completion, or one chunk of a streamed one.
+/// A completion, a chat completion, or one chunk of either streamed: the
+/// same envelope around choices of its kind, which `object` names.
 #[derive(Debug, Serialize)]
-pub struct Completion {
+pub struct Completion<C> {
     pub id: String,
     pub object: &'static str,
     pub created: u64,
     pub model: String,
-    pub choices: Vec<CompletionChoice>,
+    pub choices: Vec<C>,
     pub system_fingerprint: Option<String>,
     pub usage: Option<Usage>,
 }
@@ -226,17 +227,6 @@ pub struct ChatChoice {
 }
 
 #[derive(Debug, Serialize)]
-pub struct ChatCompletion {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<ChatChoice>,
-    pub system_fingerprint: Option<String>,
-    pub usage: Option<Usage>,
-}
-
-#[derive(Debug, Serialize)]
 pub struct Delta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
@@ -249,18 +239,6 @@ pub struct ChunkChoice {
     pub delta: Delta,
     pub logprobs: Option<Value>,
     pub finish_reason: Option<&'static str>,
-}
-
-/// One chunk of a streamed chat completion.
-#[derive(Debug, Serialize)]
-pub struct ChatChunk {
-    pub id: String,
-    pub object: &'static str,
-    pub created: u64,
-    pub model: String,
-    pub choices: Vec<ChunkChoice>,
-    pub system_fingerprint: Option<String>,
-    pub usage: Option<Usage>,
 }
 
 #[derive(Debug, Serialize)]
