@@ -62,21 +62,7 @@ impl Composer for EngineComposer {
             Ok(responses) => responses,
             Err(e) => return futures::stream::once(async move { Err(e) }).boxed(),
         };
-        futures::stream::unfold((responses, false), |(mut responses, ended)| async move {
-            if ended {
-                return None;
-            }
-            loop {
-                let streamed = responses.recv().await?;
-                if let Some(response) = streamed.response {
-                    return Some((response, (responses, streamed.last)));
-                }
-                if streamed.last {
-                    return None;
-                }
-            }
-        })
-        .boxed()
+        crate::until_last(responses, ()).boxed()
     }
 
     fn is_decoupled(&self, model: &str, version: Option<i64>) -> bool {

@@ -468,7 +468,7 @@ impl Engine {
         let responses = model.stream(request)?;
         Ok(Answer::Stream(ResponseStream {
             responses,
-            _in_flight: counted,
+            in_flight: counted,
         }))
     }
 
@@ -600,7 +600,7 @@ pub enum Answer {
 #[derive(Debug)]
 pub struct ResponseStream {
     responses: tokio::sync::mpsc::UnboundedReceiver<Streamed>,
-    _in_flight: InFlight,
+    in_flight: InFlight,
 }
 
 impl ResponseStream {
@@ -609,6 +609,38 @@ impl ResponseStream {
     pub async fn next(&mut self) -> Option<Streamed> {
         self.responses.recv().await
     }
+
+    /// The responses the model sent, errors included, up to the one with
+    /// the final flag; a final flag sent alone gives none. The request
+    /// stays in flight while the stream lives.
+    pub fn responses(self) -> impl futures::Stream<Item = Result<InferResponse, Error>> + Send {
+        until_last(self.responses, self.in_flight)
+    }
+}
+
+/// The responses on `responses` up to the one with the final flag, the
+/// flag-only ones left out; `held` lives as long as the stream.
+fn until_last<H: Send + 'static>(
+    responses: tokio::sync::mpsc::UnboundedReceiver<Streamed>,
+    held: H,
+) -> impl futures::Stream<Item = Result<InferResponse, Error>> + Send {
+    futures::stream::unfold(
+        (responses, held, false),
+        |(mut responses, held, ended)| async move {
+            if ended {
+                return None;
+            }
+            loop {
+                let streamed = responses.recv().await?;
+                if let Some(response) = streamed.response {
+                    return Some((response, (responses, held, streamed.last)));
+                }
+                if streamed.last {
+                    return None;
+                }
+            }
+        },
+    )
 }
 
 /// Counts a request or stream in flight while it lives.

@@ -60,7 +60,7 @@ pub async fn generate_stream(
     let answer = start(&engine, &path, &headers, &body).await?;
     let mut events = match answer {
         Answer::One(response) => futures::stream::once(async move { Some(Ok(response)) }).boxed(),
-        Answer::Stream(stream) => responses(stream).map(Some).boxed(),
+        Answer::Stream(stream) => stream.responses().map(Some).boxed(),
     };
     // The first response sets the status, as in Triton.
     let first = events.next().await.flatten();
@@ -110,25 +110,8 @@ async fn start(
     engine.infer_any(request).await
 }
 
-/// A decoupled model's responses, errors included; a final flag sent
-/// alone gives none.
-fn responses(
-    mut stream: ResponseStream,
-) -> impl futures::Stream<Item = Result<InferResponse, Error>> {
-    async_stream::stream! {
-        while let Some(streamed) = stream.next().await {
-            if let Some(response) = streamed.response {
-                yield response;
-            }
-            if streamed.last {
-                break;
-            }
-        }
-    }
-}
-
 async fn collect(stream: ResponseStream) -> Vec<Result<InferResponse, Error>> {
-    responses(stream).collect().await
+    stream.responses().collect().await
 }
 
 /// One server-sent event: the response's JSON object, or its error.
