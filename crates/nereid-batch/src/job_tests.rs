@@ -6,65 +6,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use nereid_core::{
-    Backend, BackendError, Batch, DataType, InputTensor, ModelInstance, ModelIo, ModelSource,
-    Tensor,
-};
+use nereid_core::testing::{FnBackend, int32s as ints, map_int32};
+use nereid_core::{BackendError, DataType, InputTensor};
 use nereid_engine::EngineOptions;
 use tokio::sync::mpsc;
 
 use super::*;
 use crate::npy::{self, Element};
-
-struct AddOne {
-    executions: mpsc::UnboundedSender<i64>,
-}
-
-struct Instance {
-    executions: mpsc::UnboundedSender<i64>,
-}
-
-impl Backend for AddOne {
-    fn name(&self) -> &'static str {
-        "add_one"
-    }
-    fn platform(&self) -> &'static str {
-        "add_one_platform"
-    }
-    fn default_model_filename(&self) -> &'static str {
-        "model.add_one"
-    }
-    fn inspect(&self, _: &Path) -> Result<ModelIo, BackendError> {
-        Ok(ModelIo::default())
-    }
-    fn load(&self, _: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError> {
-        Ok(Box::new(Instance {
-            executions: self.executions.clone(),
-        }))
-    }
-}
-
-impl ModelInstance for Instance {
-    fn execute(&mut self, batch: &Batch) -> Result<Vec<Tensor>, BackendError> {
-        let input = &batch.inputs[0];
-        let _ = self.executions.send(input.shape[0]);
-        let values = ints(&input.data);
-        if values.iter().any(|&v| v < 0) {
-            return Err(BackendError::Execute("a negative number".into()));
-        }
-        Ok(vec![Tensor {
-            name: "OUTPUT0".into(),
-            data: values.iter().flat_map(|v| (v + 1).to_le_bytes()).collect(),
-            ..input.clone()
-        }])
-    }
-}
-
-fn ints(data: &[u8]) -> Vec<i32> {
-    data.chunks(4)
-        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
-}
 
 /// An engine with model `m` loaded (INT32 rows of 2, `max_batch_size` 8,
 /// one instance, `batching` its `dynamic_batching` block or nothing), and
@@ -91,7 +39,15 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
         response_cache: None,
         devices: Default::default(),
     };
-    let engine = Engine::new(options, vec![Arc::new(AddOne { executions })]);
+    let add_one = FnBackend::new("add_one", move |batch| {
+        let input = &batch.inputs[0];
+        let _ = executions.send(input.shape[0]);
+        if ints(&input.data).iter().any(|&v| v < 0) {
+            return Err(BackendError::Execute("a negative number".into()));
+        }
+        Ok(vec![map_int32(input, "OUTPUT0", |v| v + 1)])
+    });
+    let engine = Engine::new(options, vec![Arc::new(add_one)]);
     engine.load_all().unwrap();
     (engine, seen)
 }

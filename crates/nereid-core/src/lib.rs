@@ -19,6 +19,8 @@ pub mod model_config;
 pub mod request;
 pub mod shared_memory;
 pub mod tensor;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod trace;
 
 pub use backend::{

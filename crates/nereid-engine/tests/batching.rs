@@ -3,73 +3,15 @@
 
 #![expect(clippy::unwrap_used, reason = "test code")]
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
-use nereid_core::{
-    Backend, BackendError, Batch, DataType, InferRequest, InputTensor, ModelInstance, ModelIo,
-    ModelSource, Parameter, Parameters, Tensor,
-};
+use nereid_core::testing::{FnBackend, map_int32};
+use nereid_core::{DataType, InferRequest, InputTensor, Parameter, Parameters};
 use nereid_engine::{Engine, EngineOptions};
 use parking_lot::Mutex;
-
-/// Doubles INPUT0 into OUTPUT0; logs each batch's first-dim size; waits for
-/// a release before each execution while `gated`.
-struct Recorder {
-    batches: Arc<Mutex<Vec<i64>>>,
-    gate: Receiver<()>,
-    started: Sender<()>,
-}
-
-struct Instance {
-    batches: Arc<Mutex<Vec<i64>>>,
-    gate: Receiver<()>,
-    started: Sender<()>,
-}
-
-impl Backend for Recorder {
-    fn name(&self) -> &'static str {
-        "recorder"
-    }
-    fn platform(&self) -> &'static str {
-        "recorder_platform"
-    }
-    fn default_model_filename(&self) -> &'static str {
-        "model.rec"
-    }
-    fn inspect(&self, _: &Path) -> Result<ModelIo, BackendError> {
-        Ok(ModelIo::default())
-    }
-    fn load(&self, _: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError> {
-        Ok(Box::new(Instance {
-            batches: Arc::clone(&self.batches),
-            gate: self.gate.clone(),
-            started: self.started.clone(),
-        }))
-    }
-}
-
-impl ModelInstance for Instance {
-    fn execute(&mut self, batch: &Batch) -> Result<Vec<Tensor>, BackendError> {
-        let _ = self.started.send(());
-        let _ = self.gate.recv_timeout(Duration::from_secs(10));
-        let input = &batch.inputs[0];
-        self.batches.lock().push(input.shape[0]);
-        let doubled: Vec<u8> = input
-            .data
-            .chunks_exact(4)
-            .flat_map(|c| (i32::from_le_bytes(c.try_into().unwrap()) * 2).to_le_bytes())
-            .collect();
-        Ok(vec![Tensor {
-            name: "OUTPUT0".into(),
-            data: Bytes::from(doubled),
-            ..input.clone()
-        }])
-    }
-}
 
 struct Harness {
     engine: Engine,
@@ -82,7 +24,7 @@ fn harness(dynamic_batching: &str) -> (Harness, tempfile::TempDir) {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("rec");
     std::fs::create_dir_all(dir.join("1")).unwrap();
-    std::fs::write(dir.join("1/model.rec"), "").unwrap();
+    std::fs::write(dir.join("1/model.recorder"), "").unwrap();
     let config = format!(
         r#"backend: "recorder"
 max_batch_size: 8
@@ -96,11 +38,16 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
     let (release, gate) = crossbeam_channel::unbounded();
     let (started_tx, started) = crossbeam_channel::unbounded();
     let batches = Arc::new(Mutex::new(Vec::new()));
-    let backend = Recorder {
-        batches: Arc::clone(&batches),
-        gate,
-        started: started_tx,
-    };
+    // Doubles INPUT0 into OUTPUT0, records each batch's first dimension,
+    // and holds each execution until released.
+    let recorded = Arc::clone(&batches);
+    let backend = FnBackend::new("recorder", move |batch| {
+        let _ = started_tx.send(());
+        let _ = gate.recv_timeout(Duration::from_secs(10));
+        let input = &batch.inputs[0];
+        recorded.lock().push(input.shape[0]);
+        Ok(vec![map_int32(input, "OUTPUT0", |v| v * 2)])
+    });
     let options = EngineOptions {
         repositories: vec![root.path().to_path_buf()],
         mirrors: Vec::new(),

@@ -11,8 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use nereid_core::{Backend, BackendError, Batch, ModelInstance, ModelIo, ModelSource, Tensor};
+use nereid_core::testing::{FnBackend, map_int32};
 use nereid_engine::{Engine, EngineOptions};
 use nereid_kafka::{Kafka, KafkaConfig};
 use rdkafka::config::ClientConfig;
@@ -23,47 +22,10 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
-struct Doubler;
-struct Instance;
-
-impl Backend for Doubler {
-    fn name(&self) -> &'static str {
-        "doubler"
-    }
-    fn platform(&self) -> &'static str {
-        "doubler_platform"
-    }
-    fn default_model_filename(&self) -> &'static str {
-        "model.dbl"
-    }
-    fn inspect(&self, _: &Path) -> Result<ModelIo, BackendError> {
-        Ok(ModelIo::default())
-    }
-    fn load(&self, _: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError> {
-        Ok(Box::new(Instance))
-    }
-}
-
-impl ModelInstance for Instance {
-    fn execute(&mut self, batch: &Batch) -> Result<Vec<Tensor>, BackendError> {
-        let input = &batch.inputs[0];
-        let doubled: Vec<u8> = input
-            .data
-            .chunks_exact(4)
-            .flat_map(|c| (i32::from_le_bytes(c.try_into().unwrap()) * 2).to_le_bytes())
-            .collect();
-        Ok(vec![Tensor {
-            name: "OUTPUT0".into(),
-            data: Bytes::from(doubled),
-            ..input.clone()
-        }])
-    }
-}
-
 fn engine(root: &Path) -> Engine {
     let dir = root.join("double");
     std::fs::create_dir_all(dir.join("1")).unwrap();
-    std::fs::write(dir.join("1/model.dbl"), "").unwrap();
+    std::fs::write(dir.join("1/model.doubler"), "").unwrap();
     std::fs::write(
         dir.join("config.pbtxt"),
         r#"backend: "doubler"
@@ -82,7 +44,10 @@ dynamic_batching { max_queue_delay_microseconds: 500 }
         response_cache: None,
         devices: Default::default(),
     };
-    let engine = Engine::new(options, vec![Arc::new(Doubler)]);
+    let doubler = FnBackend::new("doubler", |batch| {
+        Ok(vec![map_int32(&batch.inputs[0], "OUTPUT0", |v| v * 2)])
+    });
+    let engine = Engine::new(options, vec![Arc::new(doubler)]);
     engine.load_all().unwrap();
     engine
 }

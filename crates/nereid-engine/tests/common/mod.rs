@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use nereid_core::backend::IoSpec;
+use nereid_core::testing::map_int32;
 use nereid_core::{
     Backend, BackendError, Batch, BatchRequest, DataType, InferRequest, InputTensor, ModelInstance,
     ModelIo, ModelSource, Parameters, RequestWise, Tensor,
@@ -126,19 +127,7 @@ impl ModelInstance for FakeInstance {
         if self.panicky && input.data.starts_with(&666i32.to_le_bytes()) {
             panic!("injected fault: 666");
         }
-        let data: Vec<u8> = input
-            .data
-            .chunks_exact(4)
-            .flat_map(|c| {
-                let v = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                (v + self.offset).to_le_bytes()
-            })
-            .collect();
-        Ok(vec![Tensor {
-            name: "OUTPUT0".into(),
-            data: Bytes::from(data),
-            ..input.clone()
-        }])
+        Ok(vec![map_int32(input, "OUTPUT0", |v| v + self.offset)])
     }
 }
 
