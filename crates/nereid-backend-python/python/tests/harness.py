@@ -142,6 +142,14 @@ class Worker:
             pass
         return self._logs
 
+    def expect_log(self, message, timeout=TIMEOUT):
+        """Wait until a `log` side frame with `message` has come."""
+        deadline = time.monotonic() + timeout
+        while message not in [log["message"] for log in self.logs]:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no log '{message}' in {self._logs}\n{self.stderr()}"
+            self._read_side(min(left, 0.1))
+
     def expect_side(self, op, timeout=TIMEOUT):
         """The next side frame other than a log; it must be an `op`."""
         deadline = time.monotonic() + timeout
