@@ -99,7 +99,12 @@ async fn an_answer_stored_by_one_cache_is_found_by_another() {
 
 #[tokio::test]
 async fn a_redis_that_is_not_there_fails_the_connect_with_the_reason() {
-    let port = free_port();
+    // A port bound and not listening: connects are refused, and no other
+    // test's redis-server can take it meanwhile (a free port that was let
+    // go could be, and a connect then saw that server's reset).
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind(([127, 0, 0, 1], 0).into()).unwrap();
+    let port = held.local_addr().unwrap().port();
     let started = Instant::now();
     let error = RedisCache::new(options(port)).connect().await.unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(2));
