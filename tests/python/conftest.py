@@ -20,9 +20,20 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` ports free now, all different: each is held until all are
+    chosen, so the OS cannot hand out one of them twice."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 @dataclass
@@ -63,7 +74,7 @@ def start_server(tmp_path: Path, repositories: list[Path], extra: list[str] | No
         # Python models (model_repository/ has one) run on the tests' venv,
         # which has numpy.
         extra.append(f"--backend-config=python,python-path={sys.executable}")
-    ports = [free_port() for _ in range(3)]
+    ports = free_ports(3)
     log_path = tmp_path / "nereid.log"
     args = [binary]
     for repo in repositories:

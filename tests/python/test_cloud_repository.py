@@ -21,7 +21,7 @@ import tritonclient.http as httpclient
 
 from cloud_stores import (AWS_ENV, AZURITE_ACCOUNT, AZURITE_KEY, S3, Azure, FaultProxy, Gcs,
                           azurite, gcs_emulator, moto, upload_model)
-from conftest import REPO_ROOT, free_port, start_server, stop_server
+from conftest import REPO_ROOT, free_ports, start_server, stop_server
 
 SIMPLE = REPO_ROOT / "model_repository/simple"
 ADD_SUB = REPO_ROOT / "model_repository/add_sub_versions"
@@ -343,8 +343,9 @@ def run_briefly(args: list[str], env: dict[str, str] | None = None) -> subproces
     import os
 
     binary = os.environ.get("NEREID_BIN", str(REPO_ROOT / "target/debug/nereid"))
-    ports = [f"--http-port={free_port()}", f"--grpc-port={free_port()}",
-             f"--metrics-port={free_port()}", "--http-address=127.0.0.1",
+    http, grpc, metrics = free_ports(3)
+    ports = [f"--http-port={http}", f"--grpc-port={grpc}",
+             f"--metrics-port={metrics}", "--http-address=127.0.0.1",
              "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"]
     return subprocess.run([binary, *args, *ports], capture_output=True, text=True, timeout=60,
                           env={**os.environ, **(env or {}), "RUST_BACKTRACE": "0"})

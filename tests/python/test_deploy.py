@@ -24,7 +24,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import yaml
 
-from conftest import REPO_ROOT, free_port
+from conftest import REPO_ROOT, free_ports
 from helm_template import Chart
 
 DEPLOY = REPO_ROOT / "deploy"
@@ -171,7 +171,7 @@ def chart_server(tmp_path_factory):
     """The server the chart's Deployment starts, on free ports, serving a
     repository at the volume's mount path."""
     tmp = tmp_path_factory.mktemp("chart")
-    ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
+    ports = dict(zip(["http", "grpc", "metrics"], free_ports(3)))
     values = {**EVERYTHING, "ports": ports,
               "modelRepository": {"path": str(model_repository(tmp))}}
     kinds = by_kind(Chart(CHART, values).documents())
@@ -315,13 +315,13 @@ def test_kserve_arguments_start_the_server(tmp_path, explicit):
     pointed at this machine's; the metrics port, which KServe leaves at
     its default, moved off 8002 so as not to meet another server here."""
     repo = model_repository(tmp_path)
-    http, grpc = free_port(), free_port()
+    http, grpc, metrics = free_ports(3)
     moved = {"--model-store=/mnt/models": f"--model-store={repo}",
              "--http-port=8080": f"--http-port={http}",
              "--grpc-port=9000": f"--grpc-port={grpc}"}
     args = kserve_args(explicit)
     assert args[0] == "tritonserver" and set(moved) <= set(args)
-    args = [moved.get(a, a) for a in args[1:]] + [f"--metrics-port={free_port()}"]
+    args = [moved.get(a, a) for a in args[1:]] + [f"--metrics-port={metrics}"]
     server = launch(tmp_path, args, http)
     try:
         wait_ready(http)
@@ -358,9 +358,9 @@ def test_dockerfile_command_starts_the_server(tmp_path):
     cmd = json.loads(re.search(r"^CMD (\[.*\])$", DOCKERFILE.read_text(), re.M).group(1))
     assert cmd[0] == "nereid"
     repo = model_repository(tmp_path)
-    http = free_port()
+    http, grpc, metrics = free_ports(3)
     args = [a.replace("=/models", f"={repo}") for a in cmd[1:]]
-    args += [f"--http-port={http}", f"--grpc-port={free_port()}", f"--metrics-port={free_port()}"]
+    args += [f"--http-port={http}", f"--grpc-port={grpc}", f"--metrics-port={metrics}"]
     server = launch(tmp_path, args, http)
     try:
         wait_ready(http)

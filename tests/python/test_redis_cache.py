@@ -23,7 +23,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from calls import infer, model_stats
-from conftest import REPO_ROOT, free_port, start_server, stop_server
+from conftest import REPO_ROOT, free_port, free_ports, start_server, stop_server
 from test_response_cache import COUNTER, config
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
@@ -157,12 +157,12 @@ def test_a_redis_that_stops_is_a_miss_and_hits_resume_once_it_is_back(shared):
 
 
 def test_a_server_whose_redis_cannot_be_reached_does_not_start(tmp_path):
-    port = free_port()
+    port, http, grpc, metrics = free_ports(4)
     binary = os.environ.get("NEREID_BIN", str(REPO_ROOT / "target/debug/nereid"))
     run = subprocess.run([binary, "--model-repository", str(REPO_ROOT / "model_repository"),
                           "--cache-config=redis,host=127.0.0.1", f"--cache-config=redis,port={port}",
-                          f"--http-port={free_port()}", f"--grpc-port={free_port()}",
-                          f"--metrics-port={free_port()}"],
+                          f"--http-port={http}", f"--grpc-port={grpc}",
+                          f"--metrics-port={metrics}"],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode != 0
     assert f"failed to connect to Redis (127.0.0.1:{port})" in run.stderr + run.stdout, run.stderr
