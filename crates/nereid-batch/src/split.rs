@@ -76,6 +76,7 @@ mod tests {
 
     use super::*;
     use crate::testing;
+    use nereid_core::testing::int32s as values;
 
     fn ints(name: &str, shape: &[i64], values: &[i32]) -> Tensor {
         Tensor {
@@ -84,12 +85,6 @@ mod tests {
             shape: shape.to_vec(),
             data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
         }
-    }
-
-    fn values(data: &Bytes) -> Vec<i32> {
-        data.chunks(4)
-            .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-            .collect()
     }
 
     #[test]

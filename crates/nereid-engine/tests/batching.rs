@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
-use nereid_core::testing::{FnBackend, map_int32};
+use nereid_core::testing::{FnBackend, int32s as ints, map_int32};
 use nereid_core::{DataType, InferRequest, InputTensor, Parameter, Parameters};
 use nereid_engine::{Engine, EngineOptions};
 use parking_lot::Mutex;
@@ -116,12 +116,6 @@ impl Harness {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn ints(data: &[u8]) -> Vec<i32> {
-    data.chunks_exact(4)
-        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

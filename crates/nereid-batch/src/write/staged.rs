@@ -324,10 +324,7 @@ mod tests {
         let y = std::fs::read(output.join("Y.npy")).unwrap();
         let header = crate::npy::parse_header(&y).unwrap();
         assert_eq!(header.shape, [5, 1]);
-        let values: Vec<i32> = y[header.data_offset..]
-            .chunks(4)
-            .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
+        let values = nereid_core::testing::int32s(&y[header.data_offset..]);
         assert_eq!(values, [0, 1, 0, 3, 4]);
         let errors = std::fs::read_to_string(output.join(finish::NPY_ERRORS)).unwrap();
         assert_eq!(errors, "{\"error\":\"record 2 failed\",\"index\":2}\n");
