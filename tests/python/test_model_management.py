@@ -230,7 +230,7 @@ def proc_status(pid: int) -> dict[str, int]:
 
 
 def test_load_unload_cycles_do_not_leak(tmp_path, monkeypatch):
-    """RSS over 110 load/unload cycles of mlp (5 MB of weights) stays flat.
+    """RSS over 190 load/unload cycles of mlp (5 MB of weights) stays flat.
 
     Each load starts new threads, and by default glibc gives threads up to
     8 arenas per core, each of which keeps some freed pages: RSS then rises
@@ -266,24 +266,28 @@ def test_load_unload_cycles_do_not_leak(tmp_path, monkeypatch):
         time.sleep(0.4)
         return proc_status(pid)["rss"]
 
-    def floor(cycles: int) -> int:
-        """The lowest RSS over `cycles` cycles, measured at every fourth.
-        RSS sometimes sits on a plateau some 13 MiB up for several cycles
-        in a row, then comes down (seen before as well as after, so not a
-        leak): spread out, the samples do not all fall on one."""
-        samples = [cycle(measure=k % 4 == 0) for k in range(cycles)]
+    def floor(cycles: int, every: int) -> int:
+        """The lowest RSS over `cycles` cycles, measured at every `every`th.
+        RSS sometimes sits on a plateau some 13 MiB up for many cycles in a
+        row (once for all of cycles 10-50), then comes down: seen before as
+        well as after, so not a leak. Spread out, the samples do not all
+        fall on one."""
+        samples = [cycle(measure=k % every == 0) for k in range(cycles)]
         return min(s for s in samples if s)
 
     try:
         for _ in range(10):  # ONNX Runtime's and the allocator's caches warm up
             cycle()
-        before = floor(40)
-        for _ in range(20):
+        before = floor(40, 4)
+        # The second window starts 100 cycles after the first, as the two
+        # floors (where a leak would put them: at each window's start) did
+        # when they were eight cycles each.
+        for _ in range(60):
             cycle()
-        after = floor(40)
+        after = floor(80, 8)
     finally:
         assert stop_server(server) == 0, server.log()
     growth_mib = (after - before) / 1024
     print(f"\nserver RSS floor over cycles 10-50 of mlp: {before / 1024:.1f} MiB; "
-          f"over cycles 70-110: {after / 1024:.1f} MiB; growth {growth_mib:+.1f} MiB")
+          f"over cycles 110-190: {after / 1024:.1f} MiB; growth {growth_mib:+.1f} MiB")
     assert growth_mib < 10, f"RSS grew {growth_mib:.1f} MiB between the two windows of load/unload cycles"
