@@ -78,6 +78,15 @@ def _is_decoupled(model_config):
         return False
 
 
+def _request_keys(message):
+    """The ids of an execute frame's requests, as far as the frame is
+    usable (build_requests reports what is wrong with it)."""
+    entries = message.get("requests")
+    if type(entries) is not list:
+        return []
+    return [str(entry.get("id", "")) for entry in entries if type(entry) is dict]
+
+
 class ContractError(Exception):
     """`execute` broke Triton's contract (wrong return value). Triton words
     these without exception type or traceback."""
@@ -154,13 +163,10 @@ class Worker:
         self.model_file = ""
         self.instance_name = ""
         self.executes = 0
-        # A decoupled batch's cancellation sets, kept up to date until the
-        # next execute (its requests may still be answered meanwhile).
-        self.streaming = []
 
     def route(self, message):
         """Handle what the thread reading frames got (see Inbox): a
-        `bls_response`, `reply` or `cancel` at once, anything else (other frames,
+        `bls_response`, `reply`, `cancel` or `release` at once, anything else (other frames,
         undecodable ones, end of input) is queued for the main thread."""
         if type(message) is dict:
             op = message.get("op")
@@ -175,11 +181,15 @@ class Worker:
                     ids = _expect(message.get("request_ids"), list, "cancel 'request_ids'")
                     self.runtime.cancel([str(key) for key in ids])
                     return
+                if op == "release":
+                    read = message.get("read")
+                    self.runtime.release_responses(_expect(read, int, "release 'read'"))
+                    return
             except Exception as error:
                 self.runtime.log("error", f"ignored a bad '{op}' frame: {error}", __file__, 0)
                 return
             if op == "execute":
-                message["_cancelled"] = self.runtime.track()
+                self.runtime.track(_request_keys(message))
         elif message is None:
             self.runtime.close(_CLOSED)
         self.requests.append(message)
@@ -300,26 +310,26 @@ class Worker:
         return None
 
     def execute(self, message):
-        """Run the model on an execute frame's requests and answer."""
-        cancelled = message.pop("_cancelled")
-        keep_tracking = False
+        """Run the model on an execute frame's requests and answer. A
+        decoupled model's requests stay open past the answer until each has
+        had its final flag, sent from any thread."""
+        requests = []
         try:
-            self.release_response_blocks()
-            for earlier in self.streaming:
-                self.runtime.untrack(earlier)
-            self.streaming = []
+            # The server has read these output frames: their memory is free.
+            read = message.get("read")
+            self.runtime.release_responses(read if type(read) is int else None)
             self.executes += 1
             if self.executes % _PRUNE_EVERY == 0:
                 self.runtime.files.prune()
             try:
                 if self.model is None:
                     raise ProtocolError("execute before initialize")
-                requests = self.build_requests(message, cancelled)
+                requests = self.build_requests(message, self.runtime.cancelled)
             except Exception as error:
                 self.send_error(error)
                 return None
             try:
-                responses = self.run_model(requests)
+                responses, blocks = self.run_model(requests)
             except ChannelClosed:
                 raise
             except _MODEL_ERRORS as error:
@@ -335,21 +345,28 @@ class Worker:
                 self.writer.send({"op": "responses", "responses": None,
                                   "error": {"message": failure, "code": "INTERNAL"}})
             else:
-                keep_tracking = self.runtime.decoupled
                 responses = ",".join(responses)
                 rescheduled = [
                     request._key for request in requests
                     if request._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
                 ]
+                for request in requests:
+                    if request._key in rescheduled:
+                        request._closed = True
                 extra = f',"rescheduled":{to_json(rescheduled)}' if rescheduled else ""
-                self.writer.send_json(
-                    f'{{"op":"responses","responses":[{responses}],"error":null{extra}}}'
+                self.runtime.send_outputs(
+                    f'{{"op":"responses","responses":[{responses}],"error":null{extra}}}', blocks
                 )
         finally:
-            if keep_tracking:
-                self.streaming.append(cancelled)
-            else:
-                self.runtime.untrack(cancelled)
+            # Requests still open (a decoupled model's) are closed by their
+            # final flag; the others are done.
+            open_keys = {
+                request._key for request in requests
+                if self.runtime.decoupled and not request._closed
+            }
+            for key in _request_keys(message):
+                if key not in open_keys:
+                    self.runtime.close_request(key)
         return None
 
     def build_requests(self, message, cancelled):
@@ -397,8 +414,8 @@ class Worker:
     def run_model(self, requests):
         """Call execute and encode its responses (the answer's "responses",
         as JSON texts; "null" for a request answered through its response
-        sender). A decoupled model's `async def execute` runs on in the
-        background, as in Triton."""
+        sender), with the arena Blocks holding their outputs. A decoupled
+        model's `async def execute` runs on in the background, as in Triton."""
         if not hasattr(self.model, "execute"):
             raise ContractError(f"Python model {self.model_file} does not implement `execute` method.")
         result = self.model.execute(requests)
@@ -410,7 +427,7 @@ class Worker:
                 result = self.runtime.run_coroutine(result)
         if result is None:
             if self.runtime.decoupled:
-                return ["null"] * len(requests)
+                return ["null"] * len(requests), []
             result = [None] * len(requests)
         elif self.runtime.decoupled:
             raise ContractError(
@@ -425,28 +442,34 @@ class Worker:
                 f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, "
                 f"and InferenceResponse(s) size is:{len(result)}\n"
             )
-        encoded = []
-        for response, request in zip(result, requests):
-            if response is None:
-                encoded.append("null")
-                continue
-            if request._release_flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-                raise ContractError(
-                    "Expected a None object in the execute function return list for "
-                    f"reschduled request, found type '{type(response)}'."
-                )
-            if not isinstance(response, InferenceResponse):
-                raise ContractError(
-                    "Expected an 'InferenceResponse' object in the execute function "
-                    f"return list, found type '{type(response)}'."
-                )
-            if request._closed:
-                raise ContractError(
-                    "Unable to send response. Response sender has been closed."
-                )
-            request._closed = True
-            encoded.append(self.runtime.encode_response(response, request._requested_output_names))
-        return encoded
+        encoded, blocks = [], []
+        try:
+            for response, request in zip(result, requests):
+                if response is None:
+                    encoded.append("null")
+                    continue
+                if request._release_flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                    raise ContractError(
+                        "Expected a None object in the execute function return list for "
+                        f"reschduled request, found type '{type(response)}'."
+                    )
+                if not isinstance(response, InferenceResponse):
+                    raise ContractError(
+                        "Expected an 'InferenceResponse' object in the execute function "
+                        f"return list, found type '{type(response)}'."
+                    )
+                if request._closed:
+                    raise ContractError(
+                        "Unable to send response. Response sender has been closed."
+                    )
+                request._closed = True
+                encoded.append(self.runtime.encode_response(
+                    response, request._requested_output_names, blocks
+                ))
+        except BaseException:
+            self.arena.free(*blocks)
+            raise
+        return encoded, blocks
 
     def fail_stream(self, requests, error):
         """A decoupled model's background `async def execute` raised: each
@@ -463,11 +486,6 @@ class Worker:
                 except ChannelClosed:
                     return
 
-    def release_response_blocks(self):
-        """Free the output regions of the responses sent so far: the server
-        has copied them before sending the frame now being handled."""
-        self.runtime.release_responses()
-
     def finalize(self, message):
         self.finalize_model()
         self.writer.send({"op": "finalized"})
@@ -475,7 +493,7 @@ class Worker:
 
     def finalize_model(self):
         """Call the model's finalize (errors are logged, as Triton does)."""
-        self.release_response_blocks()
+        self.runtime.release_responses()
         model, self.model = self.model, None
         if model is None:
             return

@@ -185,11 +185,38 @@ impl Backend for PythonBackend {
                 service: Arc::clone(&self.service),
             },
         };
+        let max_open = max_open_requests(&source.config).map_err(BackendError::Load)?;
         let worker = launch.start(START_TIMEOUT).map_err(BackendError::Load)?;
         Ok(Box::new(PythonInstance::new(
             launch,
             worker,
             Arc::clone(&self.service),
+            max_open,
         )?))
     }
+}
+
+/// The model parameter that bounds a decoupled model's open requests per
+/// instance (sent to `execute`, final flag not yet sent); past it, requests
+/// wait in the model's queue.
+const MAX_OPEN_REQUESTS: &str = "NEREID_MAX_OPEN_REQUESTS";
+
+/// Open requests per instance when the model does not say.
+const DEFAULT_MAX_OPEN: usize = 1024;
+
+fn max_open_requests(config: &ModelConfig) -> Result<usize, String> {
+    let Some(parameter) = config.parameters.get(MAX_OPEN_REQUESTS) else {
+        return Ok(DEFAULT_MAX_OPEN);
+    };
+    let value = parameter.string_value.trim();
+    value
+        .parse::<usize>()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| {
+            format!(
+                "model '{}': parameter {MAX_OPEN_REQUESTS} must be a positive whole number, not '{value}'",
+                config.name
+            )
+        })
 }

@@ -26,13 +26,17 @@
 //! only.
 
 mod backend;
+mod bls;
 mod environment;
 mod frame;
 mod instance;
+mod link;
+mod open;
 mod shm;
 mod side;
 mod sources;
 mod streams;
+mod tensors;
 mod worker;
 
 pub use backend::PythonBackend;

@@ -1,9 +1,8 @@
 //! What the requests of a running batch get besides the execute answer:
-//! the responses their response senders send (passed on to a decoupled
-//! model's responders as they come, kept for a model that is not
-//! decoupled), and the answer to a request the model rescheduled.
+//! the one response a model that is not decoupled sent through a response
+//! sender, and the answer to a request the model rescheduled.
 
-use nereid_core::{BackendError, BatchRequest, Responder, Tensor};
+use nereid_core::{BackendError, Tensor};
 use serde_json::Value;
 
 /// The batch's requests (by index) that the model released with
@@ -34,67 +33,40 @@ pub(crate) fn reschedule_refused() -> BackendError {
     ))
 }
 
-/// The responses a batch's requests get through response senders: passed
-/// on to a decoupled model's responders as they come, kept for a model
-/// that is not decoupled (its one response, sent instead of returned).
-pub(crate) struct Streams<'a> {
-    responders: Vec<Option<&'a dyn Responder>>,
-    finals: Vec<bool>,
+/// The responses that requests of a model that is not decoupled send
+/// through their response senders instead of returning them (at most one
+/// each), kept until the execute's answer.
+pub(crate) struct Kept {
     kept: Vec<Option<Result<Vec<Tensor>, BackendError>>>,
+    decoupled: Vec<bool>,
 }
 
-impl<'a> Streams<'a> {
-    pub(crate) fn new(requests: &[BatchRequest<'a>]) -> Self {
-        Streams {
-            responders: requests.iter().map(|r| r.responder).collect(),
-            finals: vec![false; requests.len()],
-            kept: requests.iter().map(|_| None).collect(),
+impl Kept {
+    /// For a batch whose requests are decoupled or not, in order.
+    pub(crate) fn new(decoupled: Vec<bool>) -> Self {
+        Kept {
+            kept: decoupled.iter().map(|_| None).collect(),
+            decoupled,
         }
     }
 
-    pub(crate) fn send(
+    /// Keeps request `index`'s first response (the final flag alone is
+    /// `None`).
+    pub(crate) fn keep(
         &mut self,
         index: usize,
         response: Option<Result<Vec<Tensor>, BackendError>>,
-        last: bool,
     ) {
-        if self.finals[index] {
-            return;
+        if self.kept[index].is_none() {
+            self.kept[index] = response;
         }
-        self.finals[index] = last;
-        match self.responders[index] {
-            Some(responder) => responder.send(
-                response.map(|r| r.map_err(BackendError::into_request_error)),
-                last,
-            ),
-            None => {
-                if self.kept[index].is_none() {
-                    self.kept[index] = response;
-                }
-            }
-        }
-    }
-
-    /// The requests the model rescheduled: their execution is over without
-    /// a final flag, and later responses to them are dropped.
-    pub(crate) fn release(&mut self, indices: &[usize]) {
-        for &index in indices {
-            self.finals[index] = true;
-        }
-    }
-
-    /// Whether every request a responder waits on has had its final flag.
-    pub(crate) fn all_final(&self) -> bool {
-        self.responders
-            .iter()
-            .zip(&self.finals)
-            .all(|(responder, last)| responder.is_none() || *last)
     }
 
     /// What request `index` returns when its execute entry is empty: a
-    /// decoupled request has had its responses; another, the one it sent.
+    /// decoupled request has had (or will have) its responses through its
+    /// responder; another, the one it sent.
     pub(crate) fn result(&mut self, index: usize) -> Result<Vec<Tensor>, BackendError> {
-        if self.responders[index].is_some() {
+        if self.decoupled[index] {
             return Ok(Vec::new());
         }
         self.kept[index].take().unwrap_or_else(|| {

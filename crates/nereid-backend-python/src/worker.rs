@@ -10,7 +10,7 @@
 //! shared, one frame at a time.
 
 use std::io::{self, BufRead, BufReader};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -31,6 +31,30 @@ pub(crate) type Stdin = Arc<Mutex<ChildStdin>>;
 
 /// How long a worker may take to finish after `finalize` before it is killed.
 const FINALIZE_GRACE: Duration = Duration::from_secs(10);
+
+/// Interrupts a wait for the worker's frames from another thread.
+#[derive(Debug)]
+pub(crate) struct Wake {
+    fd: OwnedFd,
+}
+
+impl Wake {
+    pub(crate) fn new() -> io::Result<Self> {
+        use rustix::event::{EventfdFlags, eventfd};
+        let fd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        Ok(Wake { fd })
+    }
+
+    /// Ends the current (or the next) wait.
+    pub(crate) fn wake(&self) {
+        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+    }
+
+    fn clear(&self) {
+        let mut count = [0u8; 8];
+        let _ = rustix::io::read(&self.fd, &mut count);
+    }
+}
 
 /// Why talking to a worker failed.
 #[derive(Debug, thiserror::Error)]
@@ -179,6 +203,19 @@ impl Worker {
     /// The next frame other than a `log` (logged here), waiting at most
     /// `timeout`. A timeout loses nothing: the next call goes on reading.
     pub(crate) fn next(&mut self, timeout: Duration) -> Result<Value, WorkerError> {
+        match self.next_or_woken(timeout, None)? {
+            Some(frame) => Ok(frame),
+            None => Err(WorkerError::Timeout(timeout)),
+        }
+    }
+
+    /// As [`Worker::next`], but `None` after `timeout`, or as soon as
+    /// `wake` (an eventfd) is signalled.
+    pub(crate) fn next_or_woken(
+        &mut self,
+        timeout: Duration,
+        wake: Option<&Wake>,
+    ) -> Result<Option<Value>, WorkerError> {
         let deadline = Instant::now() + timeout;
         loop {
             let broken = |e: io::Error| WorkerError::Gone(format!("sent a broken frame: {e}"));
@@ -187,11 +224,11 @@ impl Worker {
                     log_frame(&self.label, &frame);
                     continue;
                 }
-                return Ok(frame);
+                return Ok(Some(frame));
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if !self.readable(left).map_err(broken)? {
-                return Err(WorkerError::Timeout(timeout));
+            if !self.readable(left, wake).map_err(broken)? {
+                return Ok(None);
             }
             if !self.frames.fill().map_err(broken)? {
                 let status = self.wait_status(Duration::from_secs(2));
@@ -204,21 +241,43 @@ impl Worker {
     }
 
     /// Waits up to `timeout` for the worker's stdout to have data (or to
-    /// end).
-    fn readable(&self, timeout: Duration) -> io::Result<bool> {
+    /// end): false after the timeout, or when `wake` was signalled first.
+    fn readable(&self, timeout: Duration, wake: Option<&Wake>) -> io::Result<bool> {
         use rustix::event::{PollFd, PollFlags, Timespec, poll};
         let timeout = Timespec::try_from(timeout).unwrap_or(Timespec {
             tv_sec: i64::MAX,
             tv_nsec: 0,
         });
-        let mut fds = [PollFd::new(self.frames.get_ref(), PollFlags::IN)];
+        let stdout = self.frames.get_ref().as_fd();
+        let other = wake.map_or(stdout, |wake| wake.fd.as_fd());
+        let mut fds = [
+            PollFd::new(&stdout, PollFlags::IN),
+            PollFd::new(&other, PollFlags::IN),
+        ];
+        let watched = if wake.is_some() { 2 } else { 1 };
         loop {
-            match poll(&mut fds, Some(&timeout)) {
-                Ok(ready) => return Ok(ready > 0),
+            match poll(&mut fds[..watched], Some(&timeout)) {
+                Ok(0) => return Ok(false),
+                Ok(_) => {
+                    if let Some(wake) = wake
+                        && !fds[1].revents().is_empty()
+                    {
+                        wake.clear();
+                        if fds[0].revents().is_empty() {
+                            return Ok(false);
+                        }
+                    }
+                    return Ok(true);
+                }
                 Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// The worker's stdin, for writers on other threads.
+    pub(crate) fn stdin(&self) -> Stdin {
+        Arc::clone(&self.stdin)
     }
 
     /// Kills the worker (after a timeout its stream is out of step).

@@ -250,7 +250,7 @@ pub trait ModelInstance: Send {
 }
 
 /// One request of a batch, as a request-wise instance receives it.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct BatchRequest<'a> {
     pub request: &'a InferRequest,
     /// The outputs to return, in the order the client asked (every output
@@ -262,19 +262,28 @@ pub struct BatchRequest<'a> {
     /// Where the responses go when the model is decoupled
     /// (`model_transaction_policy { decoupled: true }`): the instance
     /// sends them here as the model makes them, and its result for the
-    /// request only says whether the execution failed. `None` for other
-    /// models, which answer with their result.
-    pub responder: Option<&'a dyn Responder>,
+    /// request only says whether the execution failed. The instance may
+    /// keep the responder past the execution, as Triton's decoupled models
+    /// answer from other threads after `execute` returned: the request is
+    /// open until its final flag, and ends with the flag alone when the
+    /// last holder drops it without one. `None` for other models, which
+    /// answer with their result.
+    pub responder: Option<Arc<dyn Responder>>,
 }
 
 /// The way a decoupled model answers one request: any number of responses,
 /// each with the outputs the client asked for or an error, then the final
 /// flag (Triton's `TRITONSERVER_RESPONSE_COMPLETE_FINAL`), with the last
-/// response or on its own. Nothing is sent after the final flag.
-pub trait Responder {
+/// response or on its own. Nothing is sent after the final flag. Used from
+/// any thread.
+pub trait Responder: Send + Sync {
     /// Sends `response` (`None`: the final flag alone); `last` marks the
     /// request complete.
     fn send(&self, response: Option<Result<Vec<Tensor>, crate::Error>>, last: bool);
+
+    /// Whether the client stopped waiting (closed its connection,
+    /// cancelled the RPC); the model may stop early.
+    fn is_cancelled(&self) -> bool;
 }
 
 impl std::fmt::Debug for BatchRequest<'_> {

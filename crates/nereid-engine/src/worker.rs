@@ -9,8 +9,7 @@
 //! nothing is queued ([`Instances::try_inline`]): the two thread hand-offs
 //! that cost more than such an execution are skipped.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -483,7 +482,9 @@ fn job_outputs(
 }
 
 /// Runs a batch on a request-wise instance: each request gets its own
-/// answer, so one failing request leaves the others theirs.
+/// answer, so one failing request leaves the others theirs. A decoupled
+/// request may stay open after the execution: the instance keeps its
+/// responder and answers it later, while this thread takes the next batch.
 fn run_requests(
     instance: &mut dyn RequestWise,
     ctx: &WorkerContext,
@@ -492,15 +493,11 @@ fn run_requests(
 ) -> Outcome {
     let started = Instant::now();
     let cancelled: Vec<_> = jobs.iter().map(|j| move || j.is_abandoned()).collect();
-    let responders: Vec<Option<StreamResponder<'_>>> = jobs
+    let responders: Vec<Option<Arc<StreamResponder>>> = jobs
         .iter()
         .map(|job| {
-            job.stream().map(|stream| StreamResponder {
-                ctx,
-                job,
-                stream,
-                finished: Cell::new(false),
-            })
+            job.stream()
+                .map(|stream| Arc::new(StreamResponder::new(ctx, job, stream)))
         })
         .collect();
     let requests: Vec<BatchRequest<'_>> = jobs
@@ -511,7 +508,9 @@ fn run_requests(
             request: &j.request.request,
             outputs: &j.request.outputs,
             cancelled,
-            responder: responder.as_ref().map(|r| r as &dyn Responder),
+            responder: responder
+                .as_ref()
+                .map(|r| Arc::clone(r) as Arc<dyn Responder>),
         })
         .collect();
     let mut outcome = Outcome::Ran;
@@ -549,22 +548,17 @@ fn run_requests(
         inputs_ready: started,
         executed,
     };
-    let finished: Vec<Option<bool>> = responders
-        .iter()
-        .map(|r| r.as_ref().map(|r| r.finished.get()))
-        .collect();
-    drop(responders);
-    for ((job, result), finished) in jobs.into_iter().zip(results).zip(finished) {
+    for ((job, result), responder) in jobs.into_iter().zip(results).zip(responders) {
         let outputs = result.map_err(|e| match e {
             BackendError::Request(e) => e,
             other => Error::internal(other.to_string()),
         });
-        match finished {
+        match responder {
             None => {
                 let outputs = outputs.and_then(|outputs| pick(&job.request.outputs, outputs));
                 answer(ctx, job, outputs, stamps, times);
             }
-            Some(finished) => end_stream(ctx, job, outputs.map(drop), finished, stamps, times),
+            Some(responder) => end_stream(ctx, job, outputs.map(drop), responder, stamps, times),
         }
     }
     outcome
@@ -572,30 +566,56 @@ fn run_requests(
 
 /// Where a decoupled model's responses to one job go: each becomes an
 /// [`InferResponse`] on the job's stream, holding the outputs the request
-/// asked for that the response has.
-struct StreamResponder<'a> {
-    ctx: &'a WorkerContext,
-    job: &'a Job,
-    stream: &'a tokio::sync::mpsc::UnboundedSender<Streamed>,
-    finished: Cell<bool>,
+/// asked for that the response has. Dropped by its last holder without a
+/// final flag, it sends the flag alone.
+struct StreamResponder {
+    model_name: String,
+    version: i64,
+    id: String,
+    wanted: Vec<String>,
+    stream: tokio::sync::mpsc::UnboundedSender<Streamed>,
+    finished: AtomicBool,
 }
 
-impl Responder for StreamResponder<'_> {
+impl StreamResponder {
+    fn new(
+        ctx: &WorkerContext,
+        job: &Job,
+        stream: &tokio::sync::mpsc::UnboundedSender<Streamed>,
+    ) -> Self {
+        StreamResponder {
+            model_name: ctx.model_name.clone(),
+            version: ctx.version,
+            id: job.request.request.id.clone(),
+            wanted: job.request.outputs.clone(),
+            stream: stream.clone(),
+            finished: AtomicBool::new(false),
+        }
+    }
+
+    fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+}
+
+impl Responder for StreamResponder {
     fn send(&self, response: Option<Result<Vec<Tensor>, Error>>, last: bool) {
-        if self.finished.get() {
-            tracing::warn!(model = %self.ctx.model_name, "a response after the final flag was dropped");
+        let was_finished = match last {
+            true => self.finished.swap(true, Ordering::AcqRel),
+            false => self.is_finished(),
+        };
+        if was_finished {
+            tracing::warn!(model = %self.model_name, "a response after the final flag was dropped");
             return;
         }
-        self.finished.set(last);
         let response = response.map(|outputs| {
             outputs.map(|mut outputs| {
-                let wanted = &self.job.request.outputs;
-                outputs.retain(|t| wanted.contains(&t.name));
-                outputs.sort_by_key(|t| wanted.iter().position(|n| *n == t.name));
+                outputs.retain(|t| self.wanted.contains(&t.name));
+                outputs.sort_by_key(|t| self.wanted.iter().position(|n| *n == t.name));
                 InferResponse {
-                    model_name: self.ctx.model_name.clone(),
-                    model_version: self.ctx.version,
-                    id: self.job.request.request.id.clone(),
+                    model_name: self.model_name.clone(),
+                    model_version: self.version,
+                    id: self.id.clone(),
                     outputs,
                     parameters: Parameters::new(),
                     in_shared_memory: Vec::new(),
@@ -604,16 +624,33 @@ impl Responder for StreamResponder<'_> {
         });
         let _ = self.stream.send(Streamed { response, last });
     }
+
+    fn is_cancelled(&self) -> bool {
+        self.stream.is_closed()
+    }
+}
+
+impl Drop for StreamResponder {
+    fn drop(&mut self) {
+        if !self.is_finished() {
+            let _ = self.stream.send(Streamed {
+                response: None,
+                last: true,
+            });
+        }
+    }
 }
 
 /// Ends a decoupled model's job after its execution: counts it, and when
-/// the model sent no final flag, sends one: with the execution's error, or
-/// alone.
+/// the execution failed before the final flag, sends the error as the
+/// last response. A request the instance still holds stays open; one it
+/// let go without a final flag gets the flag alone (see
+/// [`StreamResponder`]'s drop).
 fn end_stream(
     ctx: &WorkerContext,
     job: Job,
     result: Result<(), Error>,
-    finished: bool,
+    responder: Arc<StreamResponder>,
     stamps: ComputeStamps,
     times: ComputeTimes,
 ) {
@@ -625,20 +662,14 @@ fn end_stream(
         Ok(()) => {
             ctx.stats
                 .record_success(job.enqueued.elapsed(), stamps.started - job.enqueued, times);
-            if !finished && let Some(stream) = job.stream() {
-                let _ = stream.send(Streamed {
-                    response: None,
-                    last: true,
-                });
-            }
         }
         Err(e) => {
             ctx.stats
                 .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
-            if finished {
+            if responder.is_finished() {
                 tracing::warn!(model = %ctx.model_name, error = %e, "a decoupled model failed after its final response");
             } else {
-                job.answer(Err(e));
+                responder.send(Some(Err(e)), true);
             }
         }
     }

@@ -402,10 +402,10 @@ class ResponseSender:
             if final:
                 request._closed = True
             self._sent += 1
-            body = "null"
+            body, blocks = "null", []
             if response is not None:
-                body = current.encode_response(response, request._requested_output_names)
-            current.send_response(request._key, body, final)
+                body = current.encode_response(response, request._requested_output_names, blocks)
+            current.send_response(request._key, body, final, blocks=blocks)
 
     def is_cancelled(self):
         """Whether the client of the request gave up."""

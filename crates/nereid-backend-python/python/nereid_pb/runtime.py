@@ -87,19 +87,27 @@ class Runtime:
         # Who makes calls, for the messages of failed calls (Triton's stub
         # names the instance).
         self.instance_name = ""
-        self._executing = []  # a set of cancelled request ids per execute frame
+        # Ids of the requests in flight (their execute runs, or a decoupled
+        # one's final flag is yet to come), and those the server cancelled.
+        self._live = set()
+        self.cancelled = set()
         self._closed_reason = None
         # Whether the model is decoupled (its config's model_transaction_policy).
         self.decoupled = False
-        # Arena Blocks of responses sent; freed when the next execute comes,
-        # by which time the server has copied them.
-        self._response_blocks = []
+        # Frames carrying response outputs (`response`, `responses`) are
+        # numbered in the order they are written; the arena Blocks of each
+        # are freed once the server says it has read that many (`release`).
+        self._output_frames = 0
+        self._output_lock = threading.Lock()  # numbering and writing them
+        self._unreleased = collections.deque()  # (frame number, [Block, ...])
+        self._unreleased_lock = threading.Lock()
 
     # Responses -----------------------------------------------------------------
 
-    def encode_response(self, response, wanted):
+    def encode_response(self, response, wanted, blocks):
         """An InferenceResponse as the JSON text of a response entry, its
-        outputs among `wanted` (names) written to the arena."""
+        outputs among `wanted` (names) written to the arena in a Block that
+        is appended to `blocks`, to be sent with the frame (`send_outputs`)."""
         parameters = to_json(response._parameters) if response._parameters else "{}"
         error = response._error
         if error is not None:
@@ -107,23 +115,42 @@ class Runtime:
             return f'{{"outputs":[],"error":{error},"parameters":{parameters}}}'
         tensors = [tensor for tensor in response._output_tensors if tensor._name in wanted]
         descriptors, block = write_tensors(tensors, self.arena)
-        with self._lock:
-            self._response_blocks.append(block)
+        blocks.append(block)
         return f'{{"outputs":[{",".join(descriptors)}],"error":null,"parameters":{parameters}}}'
 
-    def send_response(self, key, response_json, final, note=None):
+    def send_response(self, key, response_json, final, note=None, blocks=()):
         """Send a `response` frame for request `key`: the response entry's
-        JSON text (or "null" for the final flag alone)."""
+        JSON text (or "null" for the final flag alone) and the Blocks it
+        names. A final flag ends the request's tracking."""
         extra = f',"note":{to_json(note)}' if note else ""
-        self.writer.send_json(
+        self.send_outputs(
             f'{{"op":"response","id":{to_json(key)},"response":{response_json},'
-            f'"final":{"true" if final else "false"}{extra}}}'
+            f'"final":{"true" if final else "false"}{extra}}}',
+            blocks,
         )
+        if final:
+            self.close_request(key)
 
-    def release_responses(self):
-        """Free the arena Blocks of the responses sent so far."""
-        with self._lock:
-            blocks, self._response_blocks = self._response_blocks, []
+    def send_outputs(self, frame_json, blocks):
+        """Send a frame that carries response outputs, numbering it so that
+        its Blocks are freed when the server has read it (`release`)."""
+        with self._output_lock:
+            number = self._output_frames
+            self._output_frames += 1
+            if blocks:
+                with self._unreleased_lock:
+                    self._unreleased.append((number, list(blocks)))
+            # Written under the lock, so frames reach the server in the
+            # order of their numbers.
+            self.writer.send_json(frame_json)
+
+    def release_responses(self, read=None):
+        """Free the Blocks of the output frames the server has read: the
+        first `read` of them, or all sent so far (None)."""
+        blocks = []
+        with self._unreleased_lock:
+            while self._unreleased and (read is None or self._unreleased[0][0] < read):
+                blocks.extend(self._unreleased.popleft()[1])
         self.arena.free(*blocks)
 
     def log(self, level, message, filename, line):
@@ -207,25 +234,25 @@ class Runtime:
 
     # Cancellation -----------------------------------------------------------
 
-    def track(self):
-        """A new set of cancelled request ids for an execute frame, kept up
-        to date by `cancel` until `untrack` (called when the frame is routed,
-        so that a `cancel` routed after it always finds it)."""
-        cancelled = set()
+    def track(self, keys):
+        """The requests of an execute frame, as it is routed: from now on a
+        `cancel` naming one of them is kept (so one routed before the frame
+        is handled still counts) until `close_request`."""
         with self._lock:
-            self._executing.append(cancelled)
-        return cancelled
+            self._live.update(keys)
 
-    def untrack(self, cancelled):
+    def close_request(self, key):
+        """Request `key` is done: its execute returned (a model that is not
+        decoupled) or it had its final flag; a later `cancel` is ignored."""
         with self._lock:
-            self._executing.remove(cancelled)
+            self._live.discard(key)
+            self.cancelled.discard(key)
 
     def cancel(self, keys):
         """Record that the server cancelled the requests with these ids; ids
-        of requests no longer executing are ignored."""
+        of requests that are done are ignored."""
         with self._lock:
-            for cancelled in self._executing:
-                cancelled.update(keys)
+            self.cancelled.update(key for key in keys if key in self._live)
 
     # Event loop ---------------------------------------------------------------
 

@@ -1,0 +1,281 @@
+//! The instance's line to its worker. While an `execute` runs, the
+//! instance thread reads the worker's frames itself (no thread in between
+//! on the common path). A decoupled model's requests may stay open after
+//! their `execute` returned; between executes a drain thread reads their
+//! responses, runs the BLS calls of the model's threads and tells the
+//! worker of clients that went away. The two take turns: the instance
+//! thread marks itself busy and wakes the drain thread, which gives the
+//! line up at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::time::{Duration, Instant};
+
+use nereid_core::{BackendError, Error, Tensor};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use serde_json::{Value, json};
+
+use crate::bls::Bls;
+use crate::open::OpenRequests;
+use crate::shm::WorkerFiles;
+use crate::tensors::Reader;
+use crate::worker::{Wake, Worker, WorkerError};
+
+/// How often clients that went away are looked for while requests run.
+pub(crate) const CANCEL_POLL: Duration = Duration::from_millis(20);
+
+/// Output frames read before the drain thread tells the worker it may
+/// reuse their memory, when more keep coming.
+const RELEASE_EVERY: u64 = 16;
+
+pub(crate) struct Link {
+    io: Mutex<Io>,
+    /// Set while the instance thread wants or holds `io`.
+    busy: AtomicBool,
+    /// Set while the drain thread waits for frames; `wake` ends the wait.
+    polling: AtomicBool,
+    wake: Wake,
+    /// The drain thread waits here for open requests, or for its turn.
+    changed: Condvar,
+    /// The instance thread waits here for open requests to end.
+    room: Condvar,
+    stopping: AtomicBool,
+    /// When the worker died, for the restart limit.
+    pub(crate) deaths: Mutex<Vec<Instant>>,
+}
+
+/// What the reader of the worker's frames works with.
+pub(crate) struct Io {
+    pub(crate) worker: Worker,
+    pub(crate) label: String,
+    files: WorkerFiles,
+    pub(crate) open: OpenRequests,
+    pub(crate) bls: Arc<Bls>,
+    /// Output frames (`response`, `responses`) read, their outputs copied
+    /// out; and how many of those the worker knows of.
+    pub(crate) read: u64,
+    told: u64,
+}
+
+/// A `response` frame, its outputs read.
+pub(crate) struct Response {
+    pub(crate) id: Option<u64>,
+    pub(crate) response: Option<Result<Vec<Tensor>, BackendError>>,
+    pub(crate) last: bool,
+}
+
+impl Link {
+    pub(crate) fn new(worker: Worker, label: String, bls: Arc<Bls>) -> std::io::Result<Self> {
+        Ok(Link {
+            io: Mutex::new(Io {
+                worker,
+                label,
+                files: WorkerFiles::default(),
+                open: OpenRequests::default(),
+                bls,
+                read: 0,
+                told: 0,
+            }),
+            busy: AtomicBool::new(false),
+            polling: AtomicBool::new(false),
+            wake: Wake::new()?,
+            changed: Condvar::new(),
+            room: Condvar::new(),
+            stopping: AtomicBool::new(false),
+            deaths: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The line, for the instance thread, once fewer than `max` requests
+    /// would be open with `wanted` more (or none is open).
+    pub(crate) fn acquire(&self, wanted: usize, max: usize) -> MutexGuard<'_, Io> {
+        loop {
+            self.busy.store(true, SeqCst);
+            if self.polling.load(SeqCst) {
+                self.wake.wake();
+            }
+            let mut io = self.io.lock();
+            if io.open.is_empty() || io.open.len() + wanted <= max {
+                return io;
+            }
+            self.busy.store(false, SeqCst);
+            self.changed.notify_one();
+            self.room.wait(&mut io);
+        }
+    }
+
+    /// Gives the line back; the drain thread takes it while requests are
+    /// open.
+    pub(crate) fn release(&self, io: MutexGuard<'_, Io>) {
+        self.busy.store(false, SeqCst);
+        let open = !io.open.is_empty();
+        drop(io);
+        if open {
+            self.changed.notify_one();
+        }
+    }
+
+    /// The line, for a look (the instance is idle).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Io> {
+        self.acquire(0, usize::MAX)
+    }
+
+    /// Ends the drain thread.
+    pub(crate) fn stop(&self) {
+        self.stopping.store(true, SeqCst);
+        self.wake.wake();
+        self.changed.notify_all();
+    }
+
+    /// The drain thread: reads the frames of open requests while the
+    /// instance thread does not.
+    pub(crate) fn drain(&self) {
+        let mut io = self.io.lock();
+        loop {
+            while !self.stopping.load(SeqCst) && (io.open.is_empty() || self.busy.load(SeqCst)) {
+                self.changed.wait(&mut io);
+            }
+            if self.stopping.load(SeqCst) {
+                return;
+            }
+            self.polling.store(true, SeqCst);
+            if self.busy.load(SeqCst) {
+                self.polling.store(false, SeqCst);
+                continue;
+            }
+            let next = io.worker.next_or_woken(CANCEL_POLL, Some(&self.wake));
+            self.polling.store(false, SeqCst);
+            let open = io.open.len();
+            match next {
+                Ok(Some(frame)) => io.drained(frame),
+                Ok(None) => io.release(1),
+                Err(e) => {
+                    let error = io.lost(&e);
+                    tracing::error!(worker = %io.label, error = %error, "the Python worker died with requests open");
+                    self.deaths.lock().push(Instant::now());
+                }
+            }
+            if let Err(e) = io.tell_cancelled(&[]) {
+                io.lost(&e);
+            }
+            if io.open.len() < open {
+                self.room.notify_all();
+            }
+        }
+    }
+}
+
+impl Io {
+    /// Reads a `response` frame's outputs, counting it.
+    pub(crate) fn response(&mut self, frame: &Value) -> Response {
+        self.read += 1;
+        let id = frame["id"].as_str().and_then(|id| id.parse::<u64>().ok());
+        let response = match &frame["response"] {
+            Value::Null => None,
+            response => Some(self.reader().response(response)),
+        };
+        Response {
+            id,
+            response,
+            last: frame["final"] == true,
+        }
+    }
+
+    pub(crate) fn reader(&mut self) -> Reader<'_> {
+        Reader {
+            files: &mut self.files,
+            label: &self.label,
+        }
+    }
+
+    /// A frame the drain thread read.
+    fn drained(&mut self, frame: Value) {
+        match frame["op"].as_str() {
+            Some("response") => {
+                let r = self.response(&frame);
+                let sent = r.id.is_some_and(|id| {
+                    let response = r
+                        .response
+                        .map(|r| r.map_err(BackendError::into_request_error));
+                    self.open.send(id, response, r.last)
+                });
+                if !sent {
+                    tracing::warn!(worker = %self.label, id = %frame["id"], "a response for a request that is not open was dropped");
+                }
+                self.release(RELEASE_EVERY);
+            }
+            Some("bls") => self.bls.call_on_thread(frame, self.worker.stdin()),
+            Some("bls_release") => self.bls.released(),
+            _ => {
+                tracing::warn!(worker = %self.label, %frame, "the worker sent an unexpected frame between executes; dropped")
+            }
+        }
+    }
+
+    /// Tells the worker it may reuse the memory of the output frames read,
+    /// once at least `at_least` are new.
+    fn release(&mut self, at_least: u64) {
+        if self.read >= self.told + at_least {
+            let release = json!({"op": "release", "read": self.read});
+            if self.worker.send(&release).is_ok() {
+                self.told = self.read;
+            }
+        }
+    }
+
+    /// The `read` an execute frame carries: the worker may reuse the
+    /// memory of that many output frames.
+    pub(crate) fn told_read(&mut self) -> u64 {
+        self.told = self.read;
+        self.read
+    }
+
+    /// Tells the worker of the open requests whose clients went away, and
+    /// of `more` (requests of the running batch).
+    pub(crate) fn tell_cancelled(&mut self, more: &[u64]) -> Result<(), WorkerError> {
+        let mut ids = self.open.newly_cancelled();
+        ids.extend_from_slice(more);
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+        self.worker
+            .send(&json!({"op": "cancel", "request_ids": ids}))
+    }
+
+    /// Asks the worker to cancel every open request (the instance goes).
+    pub(crate) fn cancel_open(&mut self) {
+        let ids: Vec<String> = self.open.cancel_all().iter().map(u64::to_string).collect();
+        if !ids.is_empty() {
+            let _ = self
+                .worker
+                .send(&json!({"op": "cancel", "request_ids": ids}));
+        }
+    }
+
+    /// The worker cannot be talked to any more: its open requests fail
+    /// with the reason, which is returned.
+    pub(crate) fn lost(&mut self, e: &WorkerError) -> Error {
+        let status = self.worker.status().unwrap_or_else(|| e.to_string());
+        self.worker.kill();
+        let error = Error::unavailable(format!(
+            "{}: the Python worker {status} while the request was open; it is started again for the next batch",
+            self.label
+        ));
+        self.open.fail_all(&error);
+        error
+    }
+
+    /// A new worker: nothing it knows of the old one's frames.
+    pub(crate) fn restarted(&mut self, worker: Worker) {
+        self.worker = worker;
+        self.read = 0;
+        self.told = 0;
+        self.files.prune();
+        self.bls.restarted();
+    }
+
+    pub(crate) fn prune_files(&mut self) {
+        self.files.prune();
+    }
+}
