@@ -121,7 +121,7 @@ def test_an_open_request_sees_its_client_go_away(grpc_url):
 
 def test_past_the_open_limit_requests_wait_in_the_queue(grpc_url):
     if EXTERNAL:
-        pytest.skip("NEREID_MAX_OPEN_REQUESTS is nereid's")
+        pytest.skip("nereid.max_open_requests is nereid's")
     held, waiting = Stream(grpc_url), Stream(grpc_url)
     try:
         held.send("gate_one_open", 1)

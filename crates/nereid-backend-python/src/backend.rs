@@ -199,7 +199,7 @@ impl Backend for PythonBackend {
 /// The model parameter that bounds a decoupled model's open requests per
 /// instance (sent to `execute`, final flag not yet sent); past it, requests
 /// wait in the model's queue.
-const MAX_OPEN_REQUESTS: &str = "NEREID_MAX_OPEN_REQUESTS";
+const MAX_OPEN_REQUESTS: &str = "nereid.max_open_requests";
 
 /// Open requests per instance when the model does not say.
 const DEFAULT_MAX_OPEN: usize = 1024;
@@ -219,4 +219,38 @@ fn max_open_requests(config: &ModelConfig) -> Result<usize, String> {
                 config.name
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use nereid_core::model_config::ModelParameter;
+
+    use super::*;
+
+    fn config(max_open: Option<&str>) -> ModelConfig {
+        let mut config = ModelConfig {
+            name: "m".into(),
+            ..Default::default()
+        };
+        if let Some(value) = max_open {
+            let value = ModelParameter {
+                string_value: value.into(),
+            };
+            config.parameters.insert(MAX_OPEN_REQUESTS.into(), value);
+        }
+        config
+    }
+
+    #[test]
+    fn the_open_request_bound_is_a_positive_number_or_the_default() {
+        assert_eq!(max_open_requests(&config(None)), Ok(DEFAULT_MAX_OPEN));
+        assert_eq!(max_open_requests(&config(Some(" 16 "))), Ok(16));
+        for bad in ["0", "-1", "many", ""] {
+            let error = max_open_requests(&config(Some(bad))).unwrap_err();
+            assert!(
+                error.contains("nereid.max_open_requests must be a positive whole number"),
+                "{error}"
+            );
+        }
+    }
 }

@@ -6,8 +6,9 @@
 //! Mapping a file is `unsafe` in Rust because another process may change
 //! it while a slice of it is borrowed. The protocol rules that out: the
 //! server changes an input region only after the worker has answered the
-//! execute that used it, and the worker changes an output region only after
-//! the server's next request, by which time the server has copied it out.
+//! execute that used it and every request of it that stayed open has
+//! ended, and the worker changes an output region only after the server
+//! said it read the frame naming it, by which time it has copied it out.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -129,8 +130,8 @@ impl WorkerFiles {
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "region out of range"))?;
         if self.maps.get(&region.path).is_none_or(|m| m.len() < end) {
             let file = File::open(&region.path)?;
-            // SAFETY: the worker leaves this region alone until our next
-            // request (see the module's note); we copy it out before that.
+            // SAFETY: the worker leaves this region alone until we say we
+            // read its frame (see the module's note); we copy it out first.
             #[expect(unsafe_code, reason = "mapping the worker's shared-memory file")]
             let map = unsafe { Mmap::map(&file)? };
             self.maps.insert(region.path.clone(), map);

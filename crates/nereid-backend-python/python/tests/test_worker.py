@@ -485,3 +485,53 @@ def test_a_decoupled_model_reschedules_after_sending(start_worker):
     assert (first["id"], first["final"], second["id"], second["final"]) == ("1", False, "2", True)
     reply = worker.expect("responses")
     assert (reply["responses"], reply["rescheduled"]) == ([None, None], ["1"])
+
+
+# open requests (decoupled) ------------------------------------------------------------
+
+
+OPEN_CONFIG = {"name": "open_until_cancelled", "max_batch_size": 0,
+               "model_transaction_policy": {"decoupled": True}}
+
+
+def test_a_decoupled_request_stays_open_and_cancellable_past_the_next_execute(start_worker, shm):
+    worker = start_worker()
+    worker.initialize("open_until_cancelled", OPEN_CONFIG)
+    first = shm.put("IN", "INT32", np.array([1, 2], np.int32))
+    second = shm.put("IN", "INT32", np.array([3], np.int32))
+    assert worker.execute([request("1", [first], ["OUT"])])["responses"] == [None]
+    worker.send({"op": "execute", "read": 1, "requests": [request("2", [second], ["OUT"])]})
+    assert worker.expect("responses")["responses"] == [None]
+    # The first request is still open: a cancel reaches it.
+    worker.send({"op": "cancel", "request_ids": ["1"]})
+    answer = worker.expect("response")
+    assert (answer["id"], answer["final"]) == ("1", True)
+    assert read_tensor(answer["response"]["outputs"][0]).tolist() == [1, 2]
+    worker.send({"op": "cancel", "request_ids": ["2"]})
+    answer = worker.expect("response")
+    assert (answer["id"], answer["final"]) == ("2", True)
+
+
+def test_response_outputs_are_reused_only_once_the_server_read_them(start_worker, shm):
+    worker = start_worker()
+    worker.initialize("open_until_cancelled", OPEN_CONFIG)
+    data = shm.put("IN", "INT32", np.arange(4, dtype=np.int32))
+
+    def answered(key, read=None):
+        frame = {"op": "execute", "requests": [request(key, [data], ["OUT"])]}
+        if read is not None:
+            frame["read"] = read
+        worker.send(frame)
+        worker.expect("responses")
+        worker.send({"op": "cancel", "request_ids": [key]})
+        return worker.expect("response")["response"]["outputs"][0]["shm"]
+
+    # Frames so far: responses 0, response 1. With read 0 the first
+    # response's region stays in use, so the next one goes elsewhere.
+    first = answered("1", read=0)
+    second = answered("2", read=0)
+    assert (second["path"], second["offset"]) != (first["path"], first["offset"])
+    # `release` with every frame read frees both regions.
+    worker.send({"op": "release", "read": 4})
+    third = answered("3", read=4)
+    assert (third["path"], third["offset"]) == (first["path"], first["offset"])
