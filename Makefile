@@ -91,6 +91,7 @@ bench: setup-test release
 	benches/tls.sh
 	benches/sequence.sh
 	benches/decoupled.sh
+	STREAM_MODEL=stream_paced STREAM_REQUESTS=5 benches/decoupled.sh
 	benches/cache.sh
 	benches/batch.sh
 	benches/cloud_repository.sh

@@ -10,12 +10,21 @@
 #
 #   benches/decoupled.sh     # after a release build
 #
-# Environment: STREAM_CONCURRENCIES ("1 16"), STREAM_RESPONSES (100),
-# STREAM_REQUESTS (requests per stream, 20), NEREID_BIN, BENCH_OUT.
+# With STREAM_MODEL=stream_paced (benches/decoupled_models/stream_paced:
+# one instance, execute returns at once and a thread per request sends the
+# responses 10 ms apart) it writes the "Paced streams on one instance"
+# section instead; `make bench` runs both:
+#
+#   STREAM_MODEL=stream_paced STREAM_REQUESTS=5 benches/decoupled.sh
+#
+# Environment: STREAM_MODEL (stream_n), STREAM_CONCURRENCIES ("1 16"),
+# STREAM_RESPONSES (100), STREAM_REQUESTS (requests per stream, 20),
+# NEREID_BIN, BENCH_OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-BENCH_TAG=decoupled
+model=${STREAM_MODEL:-stream_n}
+BENCH_TAG=decoupled-$model
 # shellcheck source=benches/lib.sh
 source benches/lib.sh
 read -r -a concurrencies <<<"${STREAM_CONCURRENCIES:-1 16}"
@@ -29,7 +38,8 @@ bench_workdir decoupled
 scripts/setup-python.sh
 scripts/setup-triton.sh
 [ -x "$nereid_bin" ] || cargo build --release --bin nereid
-cp -r benches/decoupled_models "$work/repo"
+mkdir -p "$work/repo"
+cp -r "benches/decoupled_models/$model" "$work/repo/"
 mkdir -p "$work/results"
 
 for server in nereid triton; do
@@ -52,7 +62,7 @@ for server in nereid triton; do
     name=${server}_c$c
     before=$(tree_ticks "$pid")
     if timeout "$CLIENT_TIMEOUT_S" .venv/bin/python benches/decoupled_client.py \
-      "127.0.0.1:$grpc" stream_n "$responses" "$c" "$requests" >"$work/results/$name.json" \
+      "127.0.0.1:$grpc" "$model" "$responses" "$c" "$requests" >"$work/results/$name.json" \
       2>"$work/results/$name.log"; then
       after=$(tree_ticks "$pid")
       python3 - "$work/results/$name.json" "$((after - before))" "$(getconf CLK_TCK)" "$responses" <<'PY'
@@ -75,5 +85,5 @@ PY
 done
 
 .venv/bin/python benches/decoupled_report.py "$work/results" "$out" "$responses" "$requests" \
-  "$(git rev-parse --short=12 HEAD)" "${concurrencies[*]}"
-log "wrote the Decoupled streaming section of $out"
+  "$(git rev-parse --short=12 HEAD)" "${concurrencies[*]}" "$model"
+log "wrote the $model section of $out"
