@@ -17,8 +17,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import json
-
 import numpy as np
 import pytest
 import requests
@@ -280,83 +278,3 @@ def test_a_client_that_goes_away_cancels_its_stream(target):
     finally:
         stream.close()
 
-
-def post(target, model, route, body, stream=False):
-    return requests.post(
-        f"http://{target.http_url}/v2/models/{model}/{route}", data=json.dumps(body),
-        timeout=30, stream=stream,
-    )
-
-
-def events(answer):
-    """The JSON objects of a server-sent event stream."""
-    assert answer.headers["content-type"] == "text/event-stream; charset=utf-8"
-    frames = answer.text.split("\n\n")
-    assert frames[-1] == ""
-    return [json.loads(frame.removeprefix("data: ")) for frame in frames[:-1]]
-
-
-NOT_ONE = (
-    "generate expects model to produce exactly 1 response, use generate stream for model "
-    "that generates various number of responses"
-)
-
-
-def test_generate_maps_keys_to_inputs_and_answers_a_flat_object(target):
-    answer = post(target, "single_sender", "generate", {"IN": 5, "tag": "x", "level": 2})
-    assert answer.status_code == 200
-    assert answer.json() == {"OUT": 10, "model_name": "single_sender", "model_version": "1"}
-    # A decoupled model that happens to answer once is fine.
-    assert post(target, "square_int32", "generate", {"IN": 1}).json()["OUT"] == 1
-
-
-@pytest.mark.parametrize("count", [0, 3])
-def test_generate_wants_exactly_one_response(target, count):
-    answer = post(target, "square_int32", "generate", {"IN": count})
-    assert (answer.status_code, answer.json()) == (200, {"error": NOT_ONE})
-
-
-def test_generate_stream_sends_every_response_as_an_event(target):
-    answer = post(target, "square_int32", "generate_stream", {"IN": 3})
-    assert answer.status_code == 200
-    assert events(answer) == [{"OUT": 3, "model_name": "square_int32", "model_version": "1"}] * 3
-    answer = post(target, "midway_error", "generate_stream", {"IN": [4]})
-    assert [e.get("OUT", e.get("error")) for e in events(answer)] == [4, "midway failure", 5]
-    # A model that is not decoupled streams its one answer.
-    assert [e["OUT"] for e in events(post(target, "single_sender", "generate_stream", {"IN": 2}))] == [4]
-
-
-@pytest.mark.parametrize("body, status, message", [
-    ({"IN": 5, "p": {"a": 1}}, 400,
-     "parameter 'p' has invalid type. It should be either 'int', 'bool', or 'string'."),
-    ({"IN": [1, 2]}, 400, "The schema can not convert input 'IN' to tensor with proper shape"),
-])
-def test_generate_refuses_as_triton_does(target, body, status, message):
-    for route in ("generate", "generate_stream"):
-        answer = post(target, "single_sender", route, body)
-        assert (answer.status_code, answer.json()) == (status, {"error": message})
-    answer = post(target, "not_a_model", "generate", {"IN": 1})
-    assert answer.status_code == 404
-    assert answer.json() == {"error": "Request for unknown model: 'not_a_model' is not found"}
-
-
-def test_a_stream_longer_than_the_read_timeout_runs_to_its_end(tmp_path):
-    if EXTERNAL:
-        pytest.skip("starts a nereid of its own")
-    repo = tmp_path / "models"
-    shutil.copytree(MODELS / "repeat_int32", repo / "repeat_int32")
-    python = str(REPO_ROOT / ".venv/bin/python")
-    server = start_server(tmp_path, [repo], [
-        f"--backend-config=python,python-path={python}", "--http-read-timeout-secs=1",
-    ])
-    try:
-        body = {"IN": [1, 2, 3], "DELAY": [700, 700, 700], "WAIT": [0]}
-        started = time.monotonic()
-        answer = requests.post(
-            f"http://{server.http_url}/v2/models/repeat_int32/generate_stream",
-            data=json.dumps(body), timeout=30,
-        )
-        assert time.monotonic() - started > 2
-        assert [e["OUT"] for e in events(answer)] == [1, 2, 3]
-    finally:
-        stop_server(server)

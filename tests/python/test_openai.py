@@ -150,8 +150,41 @@ def test_models_lists_the_text_and_embedding_models(client):
     assert card.created > 0
     with pytest.raises(openai.NotFoundError) as e:
         client.models.retrieve("nope")
-    assert refusal(e.value) == {"message": "Unknown model: nope", "type": "invalid_request_error",
-                                "param": "model", "code": "model_not_found"}
+    assert refusal(e.value) == NOPE
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("simple")
+    assert refusal(e.value)["message"] == (
+        "The model `simple` exists but is neither a text nor an embedding model: a text model "
+        "declares the input 'text_input' and the output 'text_output', an embedding model the "
+        "input 'embedding_request' and the output 'text_output'.")
+    assert refusal(e.value)["code"] is None
+
+
+# OpenAI's answer for a model it does not have.
+NOPE = {"message": "The model `nope` does not exist.", "type": "invalid_request_error",
+        "param": "model", "code": "model_not_found"}
+NOT_TEXT = ("The model `simple` exists but is not a text model: it does not declare the input "
+            "'text_input' and the output 'text_output', which v1/completions and "
+            "v1/chat/completions need.")
+NOT_EMBEDDING = ("The model `echo_words` exists but is not an embedding model: it does not "
+                 "declare the input 'embedding_request', which v1/embeddings needs.")
+
+
+def test_models_the_routes_cannot_use_are_not_found(client):
+    calls = [
+        (lambda m: client.completions.create(model=m, prompt="a"), "nope", NOPE["message"]),
+        (lambda m: client.chat.completions.create(model=m, messages=MESSAGES), "nope", NOPE["message"]),
+        (lambda m: client.embeddings.create(model=m, input="a"), "nope", NOPE["message"]),
+        (lambda m: client.completions.create(model=m, prompt="a"), "simple", NOT_TEXT),
+        (lambda m: client.chat.completions.create(model=m, messages=MESSAGES), "simple", NOT_TEXT),
+        (lambda m: client.embeddings.create(model=m, input="a"), "echo_words", NOT_EMBEDDING),
+    ]
+    for call, model, message in calls:
+        with pytest.raises(openai.NotFoundError) as e:
+            call(model)
+        error = refusal(e.value)
+        assert (error["message"], error["param"]) == (message, "model")
+        assert error["code"] == ("model_not_found" if model == "nope" else None)
 
 
 def test_readiness_on_the_openai_port(server):
@@ -319,8 +352,8 @@ def test_every_route_wants_the_api_key(server):
 
 
 @pytest.mark.parametrize("route, body, status, message", [
-    ("completions", {"model": "nope", "prompt": "a"}, 400, "Unknown model: nope"),
-    ("completions", {"model": "simple", "prompt": "a"}, 400, "Unknown model: simple"),
+    ("completions", {"model": "nope", "prompt": "a"}, 404, NOPE["message"]),
+    ("completions", {"model": "simple", "prompt": "a"}, 404, NOT_TEXT),
     ("completions", {"model": "echo_words", "prompt": "a", "n": 2}, 400,
      "Received n=2, but only single choice (n=1) is currently supported"),
     ("completions", {"model": "echo_words", "prompt": "a", "logprobs": 2}, 400,
@@ -341,7 +374,7 @@ def test_every_route_wants_the_api_key(server):
      400, "only text message is supported, but got image_url"),
     ("chat/completions", {"model": "echo_words", "messages": MESSAGES, "bogus": 1}, 400,
      "unknown field `bogus`"),
-    ("embeddings", {"model": "echo_words", "input": "a"}, 400, "Unknown model: echo_words"),
+    ("embeddings", {"model": "echo_words", "input": "a"}, 404, NOT_EMBEDDING),
     ("moderations", {"input": "a"}, 404, "Unknown request URL: POST /v1/moderations"),
 ])
 def test_refusals_have_openais_error_shape(server, route, body, status, message):
@@ -362,8 +395,8 @@ def test_a_body_that_is_not_json(server):
 
 def test_the_client_raises_for_a_refusal(client):
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="nope", messages=MESSAGES)
-    assert refusal(e.value)["code"] == "model_not_found"
+        client.chat.completions.create(model="echo_words", messages=MESSAGES, n=2)
+    assert "only single choice (n=1) is currently supported" in refusal(e.value)["message"]
 
 
 # --- embeddings -----------------------------------------------------------

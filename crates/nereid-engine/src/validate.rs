@@ -100,14 +100,26 @@ fn check_input_names(
     }
     let got: Vec<String> = inputs.iter().map(|i| format!("'{}'", i.name)).collect();
     let missing: Vec<String> = missing.iter().map(|n| format!("'{n}'")).collect();
-    let required = config.input.iter().filter(|s| !s.optional).count();
     Err(ctx.invalid(format!(
-        "expected {required} inputs but got {} inputs for model '{}'. Got input(s) [{}], but missing required input(s) [{}]. Please provide all required input(s).",
+        "{} but got {} inputs for model '{}'. Got input(s) [{}], but missing required input(s) [{}]. Please provide all required input(s).",
+        expected_inputs(config),
         inputs.len(),
         ctx.model,
         got.join(","),
         missing.join(",")
     )))
+}
+
+/// How many inputs `config` takes, in Triton's words: an exact count when
+/// none is optional, else a range.
+fn expected_inputs(config: &ModelConfig) -> String {
+    let all = config.input.len();
+    let required = config.input.iter().filter(|s| !s.optional).count();
+    if required == all {
+        format!("expected {all} inputs")
+    } else {
+        format!("expected number of inputs between {required} and {all}")
+    }
 }
 
 fn check_datatype(ctx: &Ctx<'_>, spec: &ModelInput, input: &InputTensor) -> Result<(), Error> {
@@ -352,6 +364,21 @@ mod tests {
         assert!(
             error(vec![float, tensor("B", &[1, 1, 4])])
                 .contains("data-type is 'FP32', but model 'm' expects 'INT32'")
+        );
+    }
+
+    #[test]
+    fn missing_inputs_are_counted_as_triton_counts_them() {
+        assert_eq!(
+            error(vec![]),
+            "[request id: <id_unknown>] expected 2 inputs but got 0 inputs for model 'm'. Got input(s) [], but missing required input(s) ['A','B']. Please provide all required input(s)."
+        );
+        let mut cfg = config();
+        cfg.input[1].optional = true;
+        let e = validate(&cfg, request(vec![])).unwrap_err();
+        assert_eq!(
+            e.message(),
+            "[request id: <id_unknown>] expected number of inputs between 1 and 2 but got 0 inputs for model 'm'. Got input(s) [], but missing required input(s) ['A']. Please provide all required input(s)."
         );
     }
 

@@ -1,3 +1,6 @@
+use std::backtrace::BacktraceStatus;
+use std::process::ExitCode;
+
 use clap::Parser;
 use clap::error::ErrorKind;
 use nereid_server::cli::{Args, Command};
@@ -7,11 +10,24 @@ use nereid_server::cli::{Args, Command};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let mut args = parse();
     if let Some(Command::Batch(batch)) = args.command.take() {
         std::process::exit(nereid_server::batch::main(batch));
     }
+    match serve(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            report(&error);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Starts the server and serves until a signal; any error is one that
+/// stops it (at startup: a port in use, a flag's file that cannot be
+/// read, ...).
+fn serve(args: Args) -> anyhow::Result<()> {
     let logging = nereid_server::logging::install(&args.log_settings())?;
     let mut config = args.into_config()?;
     config.logging = logging;
@@ -23,6 +39,42 @@ fn main() -> anyhow::Result<()> {
     // The local copies of cloud repositories go with the server.
     mirrors.iter().for_each(|mirror| mirror.close());
     served
+}
+
+/// Tells the user why the server stopped, on one line: the error and its
+/// causes joined with ": " (`main` returning the error would print
+/// anyhow's multi-line debug form). The backtrace, only when
+/// RUST_BACKTRACE asks for one, comes first so that the line stays last.
+fn report(error: &anyhow::Error) {
+    if error.backtrace().status() == BacktraceStatus::Captured {
+        eprintln!("{}", error.backtrace());
+    }
+    eprintln!("error: {}", one_line(error));
+}
+
+/// The chain on one line, joined with ": ". A cause whose words the line
+/// already holds is left out (many errors repeat their source in their
+/// own message), and a cause that spans lines (a model's load errors, one
+/// per version) has its lines joined with spaces.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        let text = text
+            .lines()
+            .map(str::trim)
+            .filter(|part| !part.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// The flags. A `nereid batch` whose flags are wrong could not run: exit
@@ -71,4 +123,22 @@ async fn wait_for_signal() -> anyhow::Result<()> {
         _ = terminate.recv() => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_is_one_line_without_repeats() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let error = anyhow::Error::new(io).context("cannot read x.pem: no such file");
+        let error = error.context("--http-server-cert");
+        assert_eq!(
+            one_line(&error),
+            "--http-server-cert: cannot read x.pem: no such file"
+        );
+        let error = anyhow::anyhow!("version 1 failed;\nversion 2 failed;\n").context("'m'");
+        assert_eq!(one_line(&error), "'m': version 1 failed; version 2 failed;");
+    }
 }

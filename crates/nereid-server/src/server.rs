@@ -154,7 +154,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     let mut frontends = Vec::new();
     let http_addr = match config.http {
         Some(addr) => {
-            let listener = bind(addr, "HTTP", config.tls.http.as_ref()).await?;
+            let listener = bind(addr, HTTP, config.tls.http.as_ref()).await?;
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::http::serve(
                 frontend(config.restricted.http.clone()),
@@ -171,7 +171,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     };
     let grpc_addr = match config.grpc {
         Some(addr) => {
-            let listener = bind(addr, "gRPC", config.tls.grpc.as_ref()).await?;
+            let listener = bind(addr, GRPC, config.tls.grpc.as_ref()).await?;
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::grpc::serve(
                 frontend(config.restricted.grpc.clone()),
@@ -188,7 +188,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     };
     let metrics_addr = match config.metrics {
         Some(addr) => {
-            let listener = bind(addr, "metrics", None).await?;
+            let listener = bind(addr, METRICS, None).await?;
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::metrics::serve(
                 engine.clone(),
@@ -203,7 +203,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     };
     let openai_addr = match &config.openai {
         Some(openai) => {
-            let listener = bind(openai.address, "OpenAI", None).await?;
+            let listener = bind(openai.address, OPENAI, None).await?;
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(crate::openai::serve(
                 OpenAi::new(engine.clone(), config.engine.repositories.clone()),
@@ -244,14 +244,39 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     })
 }
 
+/// An endpoint, named as the log and its errors name it, with the flags
+/// that set its address: a port in use must say which flag moves it.
+struct Listener {
+    what: &'static str,
+    flags: &'static str,
+}
+
+const HTTP: Listener = Listener {
+    what: "HTTP",
+    flags: "--http-port, --http-address",
+};
+const GRPC: Listener = Listener {
+    what: "gRPC",
+    flags: "--grpc-port, --grpc-address",
+};
+const METRICS: Listener = Listener {
+    what: "metrics",
+    flags: "--metrics-port, --metrics-address",
+};
+const OPENAI: Listener = Listener {
+    what: "OpenAI",
+    flags: "--openai-port, --openai-address",
+};
+
 async fn bind(
     addr: SocketAddr,
-    what: &str,
+    endpoint: Listener,
     tls: Option<&ServerTls>,
 ) -> anyhow::Result<TcpListener> {
+    let Listener { what, flags } = endpoint;
     let listener = TcpListener::bind(addr)
         .await
-        .with_context(|| format!("cannot bind the {what} endpoint to {addr}"))?;
+        .with_context(|| format!("cannot bind the {what} endpoint to {addr} (set by {flags})"))?;
     let security = match tls {
         None => "",
         Some(tls) if tls.is_mutual() => " (mutual TLS)",
@@ -307,9 +332,14 @@ impl RunningServer {
         }
         let list: Vec<String> = failures
             .iter()
-            .map(|f| match f.model.as_str() {
-                "" => f.reason.clone(),
-                model => format!("'{model}': {}", f.reason),
+            .map(|f| {
+                // A reason may end with a version's "...;\n": the list
+                // puts its own "; " between models.
+                let reason = f.reason.trim_end().trim_end_matches(';');
+                match f.model.as_str() {
+                    "" => reason.to_owned(),
+                    model => format!("'{model}': {reason}"),
+                }
             })
             .collect();
         if self.exit_on_error {

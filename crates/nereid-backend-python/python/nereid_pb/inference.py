@@ -343,10 +343,18 @@ def _text(value):
 
 
 class _AsyncResponses:
-    """The responses of an `async_exec(decoupled=True)`, for `async for`."""
+    """The responses of an `async_exec(decoupled=True)`. Triton's examples
+    (bls_decoupled/async_model.py) read them with a plain `for`; `async for`
+    works too. Both draw on one iterator: each response comes out once."""
 
     def __init__(self, responses):
         self._responses = iter(responses)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._responses)
 
     def __aiter__(self):
         return self

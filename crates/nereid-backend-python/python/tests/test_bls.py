@@ -122,3 +122,34 @@ def test_end_of_input_fails_bls_calls_in_flight_then_finalizes(start_worker, shm
         "message": "The connection to the Nereid server was closed.", "code": "INTERNAL"}
     assert worker.receive() is None
     assert worker.wait() == 0
+
+
+def square_answers(frame, server_file):
+    """Serve one decoupled `bls` frame as Triton's square_int32 example
+    would: IN responses with OUT = IN, then the final one, empty."""
+    count = int(read_tensor(frame["request"]["inputs"][0])[0])
+    out = [{"outputs": [server_file.put("OUT", "INT32", np.array([count], np.int32))], "error": None}
+           for _ in range(count)]
+    final = {"outputs": [], "error": None}
+    return {"op": "bls_response", "tag": frame["tag"], "response": {"responses": out + [final]}}
+
+
+@pytest.mark.parametrize("iterate", ["for", "async for"])
+def test_async_exec_decoupled_responses_read_with_for_or_async_for(start_worker, shm, iterate):
+    worker = start_worker()
+    worker.initialize("bls_decoupled_async")
+    worker.send({"op": "execute", "requests": [
+        request("r", [shm.put("IN", "INT32", np.array([3], np.int32))], ["SUM"],
+                parameters={"iterate": iterate})]})
+    frames = [worker.expect("bls"), worker.expect("bls")]
+    assert all(frame["decoupled"] is True for frame in frames)
+    server_file = ShmFile()
+    try:
+        for frame in frames:
+            worker.send(square_answers(frame, server_file))
+        reply = worker.expect("responses")
+    finally:
+        server_file.close()
+    response = reply["responses"][0]
+    assert response.get("error") is None, response
+    np.testing.assert_array_equal(read_tensor(outputs_by_name(response)["SUM"]), [18])

@@ -4,9 +4,12 @@
 //! (`data: {json}`), errors included (`data: {"error": ...}`), until the
 //! final flag. Both take a flat JSON object (`nereid_protocol::rest`'s
 //! generate mapping). Decoupled models stream here over HTTP, which
-//! Triton's `/infer` refuses.
+//! Triton's `/infer` refuses. As in Triton, a request the model never
+//! sees (an unknown model, a bad body, a missing input, a wrong shape) is
+//! answered with a plain JSON error on both routes, before any event.
 
 use std::convert::Infallible;
+use std::pin::Pin;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -59,18 +62,18 @@ pub async fn generate_stream(
 ) -> Result<Response, ApiError> {
     let answer = start(&engine, &path, &headers, &body).await?;
     let mut events = match answer {
-        Answer::One(response) => futures::stream::once(async move { Some(Ok(response)) }).boxed(),
-        Answer::Stream(stream) => stream.responses().map(Some).boxed(),
-    };
-    // The first response sets the status, as in Triton.
-    let first = events.next().await.flatten();
-    let status = match &first {
+        Answer::One(response) => futures::stream::once(async move { Ok(response) }).boxed(),
+        Answer::Stream(stream) => stream.responses().boxed(),
+    }
+    .peekable();
+    // The first response sets the status, as in Triton; a model that sends
+    // the final flag alone gets 200 and no event. `Peekable` fuses the
+    // stream, which must not be polled again once it has ended.
+    let status = match Pin::new(&mut events).peek().await {
         Some(Err(e)) => crate::error::http_status(e.kind()),
         _ => StatusCode::OK,
     };
-    let events = futures::stream::iter(first.map(Some))
-        .chain(events)
-        .filter_map(|event| async move { event.map(|r| Ok::<_, Infallible>(event_frame(r))) });
+    let events = events.map(|event| Ok::<_, Infallible>(event_frame(event)));
     let mut response = (status, Body::from_stream(events)).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,

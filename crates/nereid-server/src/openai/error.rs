@@ -55,20 +55,21 @@ impl ApiError {
         }
     }
 
-    /// A model that is not served (or not for this route): 400 on the
-    /// inference routes, as Triton's frontend answers ("Unknown model").
-    pub fn unknown_model(name: &str) -> ApiError {
-        ApiError {
-            code: Some("model_not_found"),
-            ..ApiError::invalid_param("model", format!("Unknown model: {name}"))
-        }
+    /// 404 for a model that is not served, in OpenAI's words and with its
+    /// code, which the `openai` client raises as `NotFoundError`.
+    pub fn model_not_found(name: &str) -> ApiError {
+        ApiError::unusable_model(format!("The model `{name}` does not exist."), true)
     }
 
-    /// 404 for `GET /v1/models/{id}` of a model that is not served.
-    pub fn model_not_found(name: &str) -> ApiError {
+    /// 404 for a model that cannot be used here, saying why; OpenAI
+    /// answers a model used on the wrong route with 404 too. `missing`:
+    /// whether OpenAI's code `model_not_found` fits (the model is not
+    /// there, rather than there but of another kind).
+    pub fn unusable_model(message: impl Into<String>, missing: bool) -> ApiError {
         ApiError {
             status: StatusCode::NOT_FOUND,
-            ..ApiError::unknown_model(name)
+            code: missing.then_some("model_not_found"),
+            ..ApiError::invalid_param("model", message)
         }
     }
 
@@ -143,21 +144,23 @@ mod tests {
 
     #[test]
     fn bodies_have_openais_shape() {
-        let body: serde_json::Value =
-            serde_json::from_str(&ApiError::unknown_model("gpt").to_json()).unwrap();
+        let missing = ApiError::model_not_found("gpt");
+        assert_eq!(missing.status, StatusCode::NOT_FOUND);
+        let body: serde_json::Value = serde_json::from_str(&missing.to_json()).unwrap();
         assert_eq!(
             body,
             serde_json::json!({"error": {
-                "message": "Unknown model: gpt",
+                "message": "The model `gpt` does not exist.",
                 "type": "invalid_request_error",
                 "param": "model",
                 "code": "model_not_found",
             }})
         );
-        assert_eq!(
-            ApiError::model_not_found("gpt").status,
-            StatusCode::NOT_FOUND
-        );
+        let other = ApiError::unusable_model("not a text model", false);
+        assert_eq!(other.status, StatusCode::NOT_FOUND);
+        let body: serde_json::Value = serde_json::from_str(&other.to_json()).unwrap();
+        assert_eq!(body["error"]["code"], serde_json::Value::Null);
+        assert_eq!(body["error"]["param"], "model");
         let body: serde_json::Value =
             serde_json::from_str(&ApiError::server("x").to_json()).unwrap();
         assert_eq!(body["error"]["param"], serde_json::Value::Null);

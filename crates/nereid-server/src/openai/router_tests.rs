@@ -54,13 +54,24 @@ async fn routes_answer_in_openais_shapes() {
     let (status, body) = send(&app, get("/v1/models", None)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body, json!({"object": "list", "data": []}));
+    // A model that does not exist: OpenAI's 404 on every route.
+    let missing = json!({"error": {
+        "message": "The model `m` does not exist.",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }});
     let (status, body) = send(&app, get("/v1/models/m", None)).await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    assert_eq!(body["error"]["code"], "model_not_found");
+    assert_eq!((status, &body), (StatusCode::NOT_FOUND, &missing));
     let completion = r#"{"model": "m", "prompt": "hi"}"#;
     let (status, body) = send(&app, post("/v1/completions", completion)).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert_eq!(body["error"]["message"], "Unknown model: m");
+    assert_eq!((status, &body), (StatusCode::NOT_FOUND, &missing));
+    let chat = r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#;
+    let (status, body) = send(&app, post("/v1/chat/completions", chat)).await;
+    assert_eq!((status, &body), (StatusCode::NOT_FOUND, &missing));
+    let embedding = r#"{"model": "m", "input": "hi"}"#;
+    let (status, body) = send(&app, post("/v1/embeddings", embedding)).await;
+    assert_eq!((status, &body), (StatusCode::NOT_FOUND, &missing));
     let (status, body) = send(&app, post("/v1/chat/completions", "{")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body["error"]["type"], "invalid_request_error");
