@@ -5,6 +5,8 @@ standard grpc.health.v1 service."""
 from __future__ import annotations
 
 import queue
+import subprocess
+import sys
 from functools import partial
 
 import grpc
@@ -14,6 +16,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
+from conftest import REPO_ROOT
 from models import IDENTITY_MODELS, mlp_reference, sample
 
 
@@ -269,3 +272,17 @@ def test_compressed_infer(client):
         result = client.infer("simple", [infer_input("INPUT0", a, "INT32"), infer_input("INPUT1", a, "INT32")],
                               compression_algorithm=algorithm)
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2)
+
+
+@pytest.mark.parametrize("requests", [1, 4])
+def test_a_streaming_client_exits_after_stop_stream(server, requests):
+    # Triton's image_client.py --streaming once printed PASS against nereid
+    # and then never exited; the process must end on its own.
+    script = REPO_ROOT / "tests/python/clients/stream_then_exit.py"
+    done = subprocess.run(
+        [sys.executable, str(script), server.grpc_url, "identity_fp32", str(requests)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "PASS" and len(lines) == requests + 1, done.stdout
