@@ -342,8 +342,11 @@ class Worker:
                     f"Failed to process the request(s) for model '{self.instance_name}', "
                     f"message: {text}"
                 )
-                self.writer.send({"op": "responses", "responses": None,
-                                  "error": {"message": failure, "code": "INTERNAL"}})
+                # Numbered like every `responses` frame (see send_outputs).
+                self.runtime.send_outputs(to_json({
+                    "op": "responses", "responses": None,
+                    "error": {"message": failure, "code": "INTERNAL"},
+                }), [])
             else:
                 responses = ",".join(responses)
                 rescheduled = [

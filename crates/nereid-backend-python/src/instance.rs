@@ -393,11 +393,6 @@ impl PythonInstance {
             let waited = started.elapsed();
             if waited >= OPEN_GRACE + CANCEL_GRACE {
                 tracing::warn!(worker = %self.label, open = io.open.len(), "the instance goes with requests still open; they fail");
-                let error = nereid_core::Error::unavailable(format!(
-                    "{}: the model instance was unloaded while the request was open",
-                    self.label
-                ));
-                io.open.fail_all(&error);
                 break;
             }
             if waited >= OPEN_GRACE && !cancelled {
@@ -407,6 +402,14 @@ impl PythonInstance {
             self.link.release(io);
             std::thread::sleep(CANCEL_POLL);
         }
+        // A worker that died meanwhile leaves its requests to no one.
+        let mut io = self.link.lock();
+        let error = nereid_core::Error::unavailable(format!(
+            "{}: the model instance was unloaded while the request was open",
+            self.label
+        ));
+        io.open.fail_all(&error);
+        self.link.release(io);
     }
 }
 
