@@ -52,7 +52,7 @@ def tool(path: str) -> Path:
     return binary
 
 
-def wait_for_port(port: int, process: subprocess.Popen, log: Path, timeout: float = 30) -> None:
+def wait_for_port(port: int, process: subprocess.Popen, log: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
