@@ -69,7 +69,7 @@ class TritonPythonModel:
     def execute(self, requests):
         for request in requests:
             sender = request.get_response_sender()
-            for sent in range(600):
+            for sent in range(2400):  # 2 minutes at most
                 if request.is_cancelled():
                     with open(self.marker, "w") as f:
                         f.write(str(sent))
@@ -260,12 +260,12 @@ def test_a_client_that_goes_away_cancels_the_request(server):
                        json={"model": "slow_words", "prompt": "p", "stream": True}) as r:
         lines = r.iter_lines()
         assert next(lines).startswith(b"data: ")
-    # The model would stream for 30 s; it stops when it sees the cancel.
-    deadline = time.monotonic() + 20
+    # The model would stream for 2 minutes; it stops when it sees the cancel.
+    deadline = time.monotonic() + 120
     while not server.cancelled_marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.cancelled_marker.exists(), "the model never saw the request cancelled"
-    assert int(server.cancelled_marker.read_text() or 0) < 600
+    assert int(server.cancelled_marker.read_text() or 0) < 2400
 
 
 def test_tensorrt_llm_request_format(client):

@@ -33,7 +33,7 @@ from cryptography.x509.oid import NameOID
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from conftest import REPO_ROOT, free_port, start_server, stop_server
+from conftest import REPO_ROOT, START_S, free_port, start_server, stop_server
 
 
 class Pki:
@@ -105,7 +105,7 @@ def https_ready(pki: Pki, client_cert: bool):
 
     def ready(server) -> bool:
         r = requests.get(f"https://{server.http_url}/v2/health/ready", verify=pki["ca.pem"],
-                         cert=cert, timeout=1)
+                         cert=cert, timeout=10)
         return r.status_code == 200
     return ready
 
@@ -228,7 +228,7 @@ def start_fails(repo: Path, flags: list[str]) -> str:
     binary = os.environ.get("NEREID_BIN", str(REPO_ROOT / "target/debug/nereid"))
     ports = [f"--{e}-port={free_port()}" for e in ("http", "grpc", "metrics")]
     done = subprocess.run([binary, f"--model-repository={repo}", *ports, *flags],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=START_S)
     assert done.returncode != 0, done.stdout + done.stderr
     assert "panicked" not in done.stderr, done.stderr
     return done.stderr
