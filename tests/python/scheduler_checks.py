@@ -75,7 +75,7 @@ def _infer(url: str, model: str, rows: int, timeout_us: int | None = None):
 
 def batch_sizes(url: str, model: str) -> dict[int, int]:
     """Executions per batch size, from the model's statistics."""
-    stats = requests.get(f"http://{url}/v2/models/{model}/stats", timeout=10).json()
+    stats = requests.get(f"http://{url}/v2/models/{model}/stats", timeout=30).json()
     rows = stats["model_stats"][0]["batch_stats"]
     return {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in rows}
 

@@ -244,7 +244,7 @@ def test_a_model_that_is_not_decoupled_may_answer_through_its_sender(target):
 
 def test_unary_calls_on_a_decoupled_model_get_tritons_errors(target):
     body = {"inputs": [{"name": "IN", "shape": [1], "datatype": "INT32", "data": [1]}]}
-    answer = requests.post(f"http://{target.http_url}/v2/models/square_int32/infer", json=body, timeout=10)
+    answer = requests.post(f"http://{target.http_url}/v2/models/square_int32/infer", json=body, timeout=30)
     assert answer.status_code == 501, answer.text
     assert answer.json() == {
         "error": "HTTP end point doesn't support models with decoupled transaction policy"

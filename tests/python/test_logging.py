@@ -232,7 +232,7 @@ def test_bad_grpc_settings_are_invalid_argument(logged, name, kind, value):
     with grpc.insecure_channel(logged.grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         with pytest.raises(grpc.RpcError) as e:
-            stub.LogSettings(request, timeout=10)
+            stub.LogSettings(request, timeout=30)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert name in e.value.details()
     assert grpc_settings(logged) == DEFAULTS

@@ -60,7 +60,7 @@ def repository(tmp_path):
 
 def scrape(server) -> dict:
     """Metric families by name, parsed by prometheus_client."""
-    r = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10)
+    r = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30)
     r.raise_for_status()
     assert r.headers["content-type"].startswith("text/plain")
     # Triton's names, as written: no `_total` added to counters.

@@ -189,7 +189,7 @@ def test_models_the_routes_cannot_use_are_not_found(client):
 
 def test_readiness_on_the_openai_port(server):
     r = requests.get(f"{server.openai_url[:-len('/v1')]}/health/ready",
-                     headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
+                     headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
     assert r.status_code == 200
 
 
@@ -337,7 +337,7 @@ def test_every_route_wants_the_api_key(server):
     for key in (None, "sk-wrong"):
         wrong = openai.OpenAI(base_url=server.openai_url, api_key=key or "x", max_retries=0)
         if key is None:
-            r = requests.get(f"{server.openai_url}/models", timeout=10)
+            r = requests.get(f"{server.openai_url}/models", timeout=30)
             assert r.status_code == 401
             assert r.json()["error"]["code"] == "invalid_api_key"
             continue
@@ -388,7 +388,7 @@ def test_refusals_have_openais_error_shape(server, route, body, status, message)
 
 def test_a_body_that_is_not_json(server):
     r = requests.post(f"{server.openai_url}/completions", data=b"{not json",
-                      headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
+                      headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
     assert r.status_code == 400
     assert "not valid" in r.json()["error"]["message"]
 

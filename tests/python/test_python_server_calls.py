@@ -98,7 +98,7 @@ def run(server, code, model="probe"):
 
 
 def scrape(server):
-    return requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    return requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30).text
 
 
 def custom_lines(text, name):

@@ -56,7 +56,7 @@ class Redis:
     def stop(self) -> None:
         if self.process is not None:
             self.process.terminate()
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=30)
             self.process = None
 
     def flags(self) -> list[str]:
@@ -99,7 +99,7 @@ def counts(server):
 
 
 def metrics(server) -> dict:
-    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30).text
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 

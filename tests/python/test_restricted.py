@@ -58,7 +58,7 @@ def simple_repo(tmp):
 
 def health_with_key(server) -> bool:
     return requests.get(f"{server.base}/v2/health/ready", headers={"h-health": "1"},
-                        timeout=10).status_code == 200
+                        timeout=30).status_code == 200
 
 
 @pytest.fixture(scope="module")
@@ -94,18 +94,18 @@ def admin(tmp_path_factory):
 @pytest.mark.parametrize("method, path, group", HTTP_ROUTES)
 def test_every_http_route_is_in_tritons_group(every_group, method, path, group):
     url = every_group.base + path
-    refused = requests.request(method, url, timeout=10)
+    refused = requests.request(method, url, timeout=30)
     assert refused.status_code == 403, refused.text
     assert refused.json() == {"error": f"This API is restricted, expecting header 'h-{group}'"}
     # Another group's key does not open it; its own does.
     other = next(g for g in GROUPS if g != group)
-    assert requests.request(method, url, headers={f"h-{other}": "1"}, timeout=10).status_code == 403
-    allowed = requests.request(method, url, headers={f"h-{group}": "1"}, timeout=10)
+    assert requests.request(method, url, headers={f"h-{other}": "1"}, timeout=30).status_code == 403
+    allowed = requests.request(method, url, headers={f"h-{group}": "1"}, timeout=30)
     assert allowed.status_code != 403, allowed.text
 
 
 def test_unknown_routes_stay_404(every_group):
-    assert requests.get(every_group.base + "/v2/nothing", timeout=10).status_code == 404
+    assert requests.get(every_group.base + "/v2/nothing", timeout=30).status_code == 404
 
 
 def grpc_calls(client: grpcclient.InferenceServerClient):
