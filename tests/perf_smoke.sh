@@ -19,12 +19,16 @@ http=$(port); grpc=$(port); metrics=$(port)
   --backend-config=python,python-path="$PWD/.venv/bin/python" --metrics-address 127.0.0.1 --http-port "$http" --grpc-port "$grpc" --metrics-port "$metrics" \
   >"$work/nereid.log" 2>&1 &
 pid=$!
-for _ in $(seq 600); do
-  curl -sf "http://127.0.0.1:$http/v2/health/ready" >/dev/null && break
+# Up to 300 s: a debug build on a busy 2-core machine can take minutes to
+# load the example models. Each check gives up after 10 s, so that a
+# server that accepts but does not answer yet cannot hang the loop.
+ready() { curl -sf --max-time 10 "http://127.0.0.1:$http/v2/health/ready" >/dev/null; }
+deadline=$((SECONDS + 300))
+until ready; do
   kill -0 $pid 2>/dev/null || { cat "$work/nereid.log"; exit 1; }
+  [ $SECONDS -lt $deadline ] || { echo "nereid not ready after 300 s"; cat "$work/nereid.log"; exit 1; }
   sleep 0.1
 done
-curl -sf "http://127.0.0.1:$http/v2/health/ready" >/dev/null || { echo "nereid not ready"; cat "$work/nereid.log"; exit 1; }
 
 failed=0
 runs=0
@@ -35,7 +39,7 @@ for mem in none system; do
     url=127.0.0.1:$http; [ $proto = grpc ] && url=127.0.0.1:$grpc
     csv=$work/$proto-$mem.csv
     runs=$((runs + 1))
-    if timeout 120 "$pa" -m simple -i $proto -u "$url" "${shm_args[@]}" --concurrency-range 1 \
+    if timeout 300 "$pa" -m simple -i $proto -u "$url" "${shm_args[@]}" --concurrency-range 1 \
         --measurement-mode count_windows --measurement-request-count 200 -s 100 -r 10 \
         -f "$csv" >"$work/$proto-$mem.out" 2>&1; then
       count=$(awk -F, 'NR==2 {print $2}' "$csv")

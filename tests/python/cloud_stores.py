@@ -52,7 +52,7 @@ def tool(path: str) -> Path:
     return binary
 
 
-def wait_for_port(port: int, process: subprocess.Popen, log: Path, timeout: float = 30) -> None:
+def wait_for_port(port: int, process: subprocess.Popen, log: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -74,7 +74,7 @@ def running(args: list[str], port: int, log: Path, env: dict[str, str] | None = 
     finally:
         process.terminate()
         try:
-            process.wait(timeout=10)
+            process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             process.kill()
 
@@ -135,12 +135,12 @@ class Gcs:
         self.base = f"http://127.0.0.1:{port}"
         self.bucket = bucket
         requests.post(f"{self.base}/storage/v1/b", params={"project": "test"},
-                      json={"name": bucket}, timeout=10).raise_for_status()
+                      json={"name": bucket}, timeout=30).raise_for_status()
 
     def put(self, key: str, body: bytes) -> None:
         requests.post(f"{self.base}/upload/storage/v1/b/{self.bucket}/o",
                       params={"uploadType": "media", "name": key}, data=body,
-                      timeout=10).raise_for_status()
+                      timeout=30).raise_for_status()
 
 
 class Azure:
@@ -264,7 +264,7 @@ class FaultProxy:
         bucket, name = parts[0], urllib.parse.unquote(parts[1])
         quoted = urllib.parse.quote(name, safe="")
         meta = requests.get(f"http://127.0.0.1:{self.upstream}/storage/v1/b/{bucket}/o/{quoted}",
-                            timeout=10)
+                            timeout=30)
         if meta.status_code != 200:
             return meta.status_code, [], meta.content
         meta = meta.json()
@@ -279,7 +279,7 @@ class FaultProxy:
 
     def gcs_list(self, bucket: str, prefix: str):
         listed = requests.get(f"http://127.0.0.1:{self.upstream}/storage/v1/b/{bucket}/o",
-                              params={"prefix": prefix}, timeout=10)
+                              params={"prefix": prefix}, timeout=30)
         if listed.status_code != 200:
             return listed.status_code, [], listed.content
         items = listed.json().get("items", [])

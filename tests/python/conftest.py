@@ -17,6 +17,13 @@ import pytest
 import requests
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Bounds on waits for events, not expected durations: a debug build with
+# many models, on a busy 2-core machine, can take a minute or more to start
+# or to answer a health check, and a wait that ends early fails a test that
+# had nothing wrong. Each wait returns as soon as its event comes.
+START_S = 300
+STOP_S = 120
+WAIT_S = 60
 
 
 def free_port() -> int:
@@ -61,13 +68,27 @@ class Server:
 
 
 def plain_http_ready(server: Server) -> bool:
-    return requests.get(f"{server.base}/v2/health/ready", timeout=1).status_code == 200
+    return requests.get(f"{server.base}/v2/health/ready", timeout=10).status_code == 200
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout_s: float = WAIT_S,
+               interval_s: float = 0.05):
+    """Polls `condition` until it gives a true value, which it returns;
+    fails naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        time.sleep(interval_s)
 
 
 def start_server(tmp_path: Path, repositories: list[Path], extra: list[str] | None = None,
                  ready: Callable[[Server], bool] = plain_http_ready) -> Server:
     """Starts nereid and waits until `ready` (by default: plain HTTP
-    readiness) holds."""
+    readiness) holds; a check that cannot connect or gets no answer in
+    time counts as not ready yet."""
     binary = os.environ.get("NEREID_BIN", str(REPO_ROOT / "target/debug/nereid"))
     extra = list(extra or [])
     if not any("python-path=" in arg for arg in extra):
@@ -91,24 +112,25 @@ def start_server(tmp_path: Path, repositories: list[Path], extra: list[str] | No
     log = open(log_path, "w")
     process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     server = Server(process, *ports, log_path)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + START_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"nereid exited with {process.returncode}:\n{server.log()}")
         try:
             if ready(server):
                 return server
-        except requests.ConnectionError:
+        except requests.RequestException:
             pass
         time.sleep(0.05)
     process.kill()
-    raise RuntimeError(f"nereid did not become ready:\n{server.log()}")
+    process.wait()
+    raise RuntimeError(f"nereid did not become ready in {START_S} s:\n{server.log()}")
 
 
 def stop_server(server: Server) -> int:
     server.process.terminate()
     try:
-        return server.process.wait(timeout=30)
+        return server.process.wait(timeout=STOP_S)
     except subprocess.TimeoutExpired:
         server.process.kill()
         raise

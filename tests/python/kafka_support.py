@@ -58,7 +58,7 @@ class Tansu:
              "--listener-url", url, "--advertised-listener-url", url,
              "--storage-engine", self.storage],
             cwd=self.tmp, env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"tansu exited with {self.process.returncode}:\n{self.log()}")
@@ -87,7 +87,7 @@ class Tansu:
         futures = admin.create_topics(
             [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in partitions.items()])
         for future in futures.values():
-            future.result(timeout=30)
+            future.result(timeout=120)
 
 
 def produce(bootstrap: str, topic: str, records: list[dict]) -> None:
@@ -111,7 +111,7 @@ def produce(bootstrap: str, topic: str, records: list[dict]) -> None:
         extra = {k: record[k] for k in ("key", "headers", "partition") if k in record}
         producer.produce(topic, value=record["value"], on_delivery=delivered, **extra)
         producer.poll(0)
-    assert producer.flush(30) == 0, "records left unsent"
+    assert producer.flush(120) == 0, "records left unsent"
     assert not failures, failures
 
 
@@ -152,11 +152,25 @@ def read(bootstrap: str, topic: str, until, timeout: float = 60, group: str | No
     return result
 
 
+def record_count(bootstrap: str, topic: str, partitions: int) -> int:
+    """How many records `topic` holds now, from its partitions' low and
+    high watermarks: exact at once, where reading it all back takes a
+    consumer's join and fetches."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"counter-{uuid.uuid4()}",
+                         **QUIET})
+    try:
+        marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+                 for p in range(partitions)]
+        return sum(high - low for low, high in marks)
+    finally:
+        consumer.close()
+
+
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
     """The group's committed offset of each partition (-1001: none)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **QUIET})
     try:
-        offsets = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        offsets = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
         return [tp.offset for tp in offsets]
     finally:
         consumer.close()
@@ -207,17 +221,17 @@ def start_nereid(tmp: Path, config: str, name: str = "nereid", wait_ready: bool 
 
 
 def plain_ready(server: Server) -> bool:
-    return requests.get(f"{server.base}/v2/health/ready", timeout=1).status_code == 200
+    return requests.get(f"{server.base}/v2/health/ready", timeout=10).status_code == 200
 
 
 def live(server: Server) -> bool:
-    return requests.get(f"{server.base}/v2/health/live", timeout=1).status_code == 200
+    return requests.get(f"{server.base}/v2/health/live", timeout=10).status_code == 200
 
 
 def is_ready(server: Server) -> bool:
     try:
         return plain_ready(server)
-    except requests.ConnectionError:
+    except requests.RequestException:
         return False
 
 
@@ -233,7 +247,7 @@ def wait_for(condition, timeout: float = 60, what: str = "condition") -> None:
 def metric_values(server: Server) -> dict[str, float]:
     """Every `nereid_kafka_*` series of the metrics endpoint, by its line's
     name and labels."""
-    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).text
+    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30).text
     values = {}
     for line in text.splitlines():
         if line.startswith("nereid_kafka_"):

@@ -21,13 +21,13 @@ import tritonclient.http as httpclient
 
 from cloud_stores import (AWS_ENV, AZURITE_ACCOUNT, AZURITE_KEY, S3, Azure, FaultProxy, Gcs,
                           azurite, gcs_emulator, moto, upload_model)
-from conftest import REPO_ROOT, free_ports, start_server, stop_server
+from conftest import REPO_ROOT, START_S, free_ports, start_server, stop_server
 
 SIMPLE = REPO_ROOT / "model_repository/simple"
 ADD_SUB = REPO_ROOT / "model_repository/add_sub_versions"
 A = np.array([1, 2, 3, 4], dtype=np.float32)
 B = np.array([2, 2, 2, 2], dtype=np.float32)
-DEADLINE = 30
+DEADLINE = 120
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def simple_answers(server, model: str = "simple") -> bool:
 
 
 def index(server) -> list[dict]:
-    return requests.post(f"{server.base}/v2/repository/index", timeout=10).json()
+    return requests.post(f"{server.base}/v2/repository/index", timeout=30).json()
 
 
 def row(server, name: str, version: str | None = None) -> dict:
@@ -214,6 +214,9 @@ def test_s3_poll_follows_the_bucket_without_failing_a_request(s3, aws_env, tmp_p
         # A model file overwritten by one that multiplies.
         store.put(f"{prefix}/arith/1/model.onnx", (ADD_SUB / "2/model.onnx").read_bytes())
         wait_until("arith multiplies", lambda: kind(server, "arith") == "mul")
+        # The clients' answers switch too (checked below).
+        wait_until("the arith clients multiply",
+                   lambda: all(c.answers[-1:] == ["mul"] for c in clients[:2]))
 
         # A version added.
         store.put(f"{prefix}/versioned/2/model.onnx", (ADD_SUB / "2/model.onnx").read_bytes())
@@ -347,7 +350,7 @@ def run_briefly(args: list[str], env: dict[str, str] | None = None) -> subproces
     ports = [f"--http-port={http}", f"--grpc-port={grpc}",
              f"--metrics-port={metrics}", "--http-address=127.0.0.1",
              "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"]
-    return subprocess.run([binary, *args, *ports], capture_output=True, text=True, timeout=60,
+    return subprocess.run([binary, *args, *ports], capture_output=True, text=True, timeout=START_S,
                           env={**os.environ, **(env or {}), "RUST_BACKTRACE": "0"})
 
 

@@ -23,7 +23,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import REPO_ROOT, start_server, stop_server
+from conftest import REPO_ROOT, start_server, stop_server, wait_until
 from calls import PROTOCOLS, TIMEOUT_S, index, infer, model_stats, ready
 from models import IDENTITY_MODELS, mlp_reference, sample
 
@@ -421,32 +421,47 @@ def test_composing_model_unloaded_under_load(explicit):
     inputs = [pipeline_input(1 + k % 4, seed=50 + k) for k in range(8)]
     stop = threading.Event()
     unloaded_at = []
+    # Per worker: answers, errors, answers to requests sent after the
+    # unload, and requests sent after it (whatever came of them).
+    tallies = [{"ok": 0, "errors": [], "late_ok": 0, "late": 0} for _ in range(16)]
 
-    def worker(w: int) -> tuple[int, list[str], int]:
-        ok, errors, late_ok = 0, [], 0
+    def worker(w: int) -> None:
+        tally = tallies[w]
         k = w
         while not stop.is_set():
             raw, expected = inputs[k % len(inputs)]
             sent = time.monotonic()
+            late = bool(unloaded_at and sent > unloaded_at[0] + 0.1)
             try:
                 got = infer(explicit, PROTOCOLS[w % 3], "mlp_pipeline", [("RAW", raw, "UINT8")])
             except InferenceServerException as e:
-                errors.append(str(e))
+                tally["errors"].append(str(e))
             else:
                 np.testing.assert_allclose(got.outputs["OUTPUT"], expected, rtol=1e-5, atol=1e-5)
-                ok += 1
-                late_ok += bool(unloaded_at and sent > unloaded_at[0] + 0.1)
+                tally["ok"] += 1
+                tally["late_ok"] += late
+            tally["late"] += late
             k += 1
-        return ok, errors, late_ok
+
+    def total(key: str) -> int:
+        return sum(t[key] for t in tallies)
 
     with ThreadPoolExecutor(16) as pool:
         futures = [pool.submit(worker, w) for w in range(16)]
-        time.sleep(1.0)
-        client.unload_model("mlp")
-        unloaded_at.append(time.monotonic())
-        time.sleep(1.0)
-        stop.set()
-        results = [f.result(timeout=2 * TIMEOUT_S) for f in futures]
+        try:
+            # Under load before the unload, and long enough after it that
+            # requests sent once it was done have been answered.
+            wait_until(lambda: total("ok") >= 16 or any(f.done() for f in futures),
+                       "answers before the unload")
+            client.unload_model("mlp")
+            unloaded_at.append(time.monotonic())
+            wait_until(lambda: total("late") >= 16 or any(f.done() for f in futures),
+                       "requests sent after the unload")
+        finally:
+            stop.set()
+        for f in futures:
+            f.result(timeout=2 * TIMEOUT_S)
+    results = [(t["ok"], t["errors"], t["late_ok"]) for t in tallies]
     ok = sum(r[0] for r in results)
     errors = [e for r in results for e in r[1]]
     assert ok > 0 and errors, (ok, len(errors))

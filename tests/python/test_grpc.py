@@ -121,7 +121,7 @@ def test_streaming_one_response_per_request(client):
         bad = np.zeros((1, 15), dtype=np.int32)
         client.async_stream_infer("simple", [infer_input("INPUT0", bad, "INT32"), infer_input("INPUT1", bad, "INT32")],
                                   request_id="bad")
-        got = [responses.get(timeout=10) for _ in range(6)]
+        got = [responses.get(timeout=60) for _ in range(6)]
     finally:
         client.stop_stream()
     results = {r.get_response().id: r for r, e in got if e is None}

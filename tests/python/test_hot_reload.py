@@ -26,7 +26,7 @@ ADD_SUB = REPO_ROOT / "model_repository/add_sub_versions"
 IDENTITY = REPO_ROOT / "tests/models/identity_fp32"
 A = np.array([1, 2, 3, 4], dtype=np.float32)
 B = np.array([2, 2, 2, 2], dtype=np.float32)
-DEADLINE = 30
+DEADLINE = 120
 
 
 def add_sub_config(name: str, policy: str = "") -> str:
@@ -131,7 +131,7 @@ def test_reloads_under_load_never_fail_a_request(poll_server):
     url = {"http": server.http_url, "grpc": server.grpc_url}
 
     def index() -> list[dict]:
-        return requests.post(f"{base}/v2/repository/index", timeout=5).json()
+        return requests.post(f"{base}/v2/repository/index", timeout=30).json()
 
     def row(name: str, version: str | None) -> dict | None:
         return next((r for r in index() if r["name"] == name and r.get("version") == version), None)
@@ -155,18 +155,24 @@ def test_reloads_under_load_never_fail_a_request(poll_server):
         wait_until("the edited config serves", lambda: requests.get(
             f"{base}/v2/models/edited/config").json()["instance_group"][0]["count"] == 2)
 
-        # A model file replaced in place by one that multiplies.
+        # A model file replaced in place by one that multiplies; the
+        # clients' answers switch (the checks below need them to have).
+        arith = [c for c in clients if c.model == "arith"]
+        unversioned = next(c for c in clients if c.model == "versioned" and c.version == "")
         shutil.copyfile(ADD_SUB / "2/model.onnx", repo / "arith/1/model.onnx")
         wait_until("arith multiplies", lambda: answer("arith") == "mul")
+        wait_until("the arith clients multiply", lambda: all(c.answers[-1:] == ["mul"] for c in arith))
 
         # A version added, then removed.
         shutil.copytree(ADD_SUB / "2", repo / "versioned/2")
         wait_until("versioned 2 serves", lambda: answer("versioned") == "mul")
+        wait_until("the unversioned client gets 2", lambda: unversioned.answers[-1:] == ["mul"])
         assert row("versioned", "1")["state"] == "READY"
         shutil.rmtree(repo / "versioned/2")
         wait_until("versioned 2 is unloaded", lambda: row("versioned", "2") == {
             "name": "versioned", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded"})
         assert answer("versioned") == "add"
+        wait_until("the unversioned client gets 1 again", lambda: unversioned.answers[-1:] == ["add"])
 
         # A model removed.
         shutil.rmtree(repo / "doomed")
@@ -185,7 +191,7 @@ def test_reloads_under_load_never_fail_a_request(poll_server):
         wait_until("broken is fixed", lambda: (row("broken", "1") or {}).get("state") == "READY")
         wait_until("the server is ready again",
                    lambda: requests.get(f"{base}/v2/health/ready").status_code == 200)
-        time.sleep(0.3)
+        wait_until("every client has more than 20 answers", lambda: all(len(c.answers) > 20 for c in clients))
     finally:
         stop.set()
         for t in threads:
@@ -195,12 +201,10 @@ def test_reloads_under_load_never_fail_a_request(poll_server):
         assert c.errors == [], f"{c.protocol} {c.model} {c.version}: {c.errors[:3]}"
         assert len(c.answers) > 20, f"{c.protocol} {c.model}: {len(c.answers)} answers"
         assert not any(a.startswith("unexpected") for a in c.answers), c.answers
-    arith = [c for c in clients if c.model == "arith"]
     for c in arith:
         assert runs(c.answers) == ["add", "mul"], f"{c.protocol}: switched once, for good"
     pinned = next(c for c in clients if c.model == "versioned" and c.version == "1")
     assert runs(pinned.answers) == ["add"]
-    unversioned = next(c for c in clients if c.model == "versioned" and c.version == "")
     assert runs(unversioned.answers) == ["add", "mul", "add"]
     grpc_index = grpcclient.InferenceServerClient(url["grpc"]).get_model_repository_index()
     states = {(m.name, m.version): m.state for m in grpc_index.models}

@@ -24,17 +24,38 @@ from conftest import REPO_ROOT, start_server, stop_server
 MIB = 1024 * 1024
 
 
+def identity_repository(tmp):
+    repo = tmp / "repo"
+    shutil.copytree(REPO_ROOT / "tests" / "models" / "identity_fp32", repo / "identity_fp32")
+    return repo
+
+
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("limits")
-    repo = tmp / "repo"
-    shutil.copytree(REPO_ROOT / "tests" / "models" / "identity_fp32", repo / "identity_fp32")
-    s = start_server(tmp, [repo], [
+    s = start_server(tmp, [identity_repository(tmp)], [
         f"--http-max-input-size={MIB}",
-        "--http-read-timeout-secs=1",
         f"--grpc-max-message-size={MIB}",
         "--grpc-max-header-list-size=16384",
     ])
+    yield s
+    assert stop_server(s) == 0, s.log()
+
+
+# The read timeout of `impatient`, and how long its tests give the server
+# to act on it: generous on a busy machine, and still well short of the
+# default (60 s), so that the flag is seen to work.
+READ_TIMEOUT_S = 1
+CLOSED_WITHIN_S = 30
+
+
+@pytest.fixture(scope="module")
+def impatient(tmp_path_factory):
+    """A one-second read timeout, on its own server: on `srv` a client
+    that stalls on a busy machine would meet it in the tests of other
+    limits."""
+    tmp = tmp_path_factory.mktemp("impatient")
+    s = start_server(tmp, [identity_repository(tmp)], [f"--http-read-timeout-secs={READ_TIMEOUT_S}"])
     yield s
     assert stop_server(s) == 0, s.log()
 
@@ -57,7 +78,7 @@ def infer_body(elements: int) -> bytes:
 
 
 def serves(srv) -> bool:
-    r = requests.post(f"{srv.base}/v2/models/identity_fp32/infer", data=infer_body(4), timeout=10)
+    r = requests.post(f"{srv.base}/v2/models/identity_fp32/infer", data=infer_body(4), timeout=30)
     return r.status_code == 200
 
 
@@ -101,32 +122,30 @@ def test_the_cap_holds_after_decompression(srv):
 
 
 def raw_connection(srv) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", srv.http_port), timeout=5)
+    return socket.create_connection(("127.0.0.1", srv.http_port), timeout=30)
 
 
-def test_a_stalled_body_fails_and_frees_its_connection(srv):
-    with raw_connection(srv) as sock:
+def test_a_stalled_body_fails_and_frees_its_connection(impatient):
+    with raw_connection(impatient) as sock:
         sock.sendall(b"POST /v2/models/identity_fp32/infer HTTP/1.1\r\nHost: x\r\n"
                      b"Content-Length: 1000\r\n\r\n{\"inputs\"")
-        sock.settimeout(10)
-        started = time.monotonic()
+        sock.settimeout(CLOSED_WITHIN_S)
         answer = sock.recv(4096)
-        assert time.monotonic() - started < 8
         assert answer == b"" or answer.split(b" ")[1] in (b"400", b"408", b"413"), answer[:100]
-    assert serves(srv)
+    assert serves(impatient)
 
 
-def test_a_half_sent_request_head_or_an_idle_connection_is_closed(srv):
+def test_a_half_sent_request_head_or_an_idle_connection_is_closed(impatient):
     # Neither can hold a connection (and its slot) past the read timeout.
-    with raw_connection(srv) as idle, raw_connection(srv) as half:
+    with raw_connection(impatient) as idle, raw_connection(impatient) as half:
         half.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n")
         started = time.monotonic()
         for sock in (idle, half):
-            sock.settimeout(10)
+            sock.settimeout(CLOSED_WITHIN_S)
             answer = sock.recv(4096)
             assert answer == b"" or answer.split(b" ")[1] == b"408", answer[:100]
-        assert time.monotonic() - started < 8
-    assert serves(srv)
+        assert time.monotonic() - started < CLOSED_WITHIN_S
+    assert serves(impatient)
 
 
 def test_a_connection_past_the_cap_waits_for_a_free_slot(capped):
@@ -137,19 +156,12 @@ def test_a_connection_past_the_cap_waits_for_a_free_slot(capped):
         with pytest.raises(requests.exceptions.ReadTimeout):
             requests.get(f"{srv.base}/v2/health/live", timeout=1)
         held.pop().close()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                if requests.get(f"{srv.base}/v2/health/live", timeout=2).status_code == 200:
-                    break
-            except requests.exceptions.RequestException:
-                pass
-        else:
-            raise AssertionError("a freed slot was not reused")
+        # The freed slot goes to the next connection: a request now is
+        # answered (it waits, if it must, for the server to see the close).
+        assert requests.get(f"{srv.base}/v2/health/live", timeout=30).status_code == 200
     finally:
         for sock in held:
             sock.close()
-    time.sleep(0.2)
     assert serves(srv)
 
 

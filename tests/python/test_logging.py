@@ -22,7 +22,7 @@ import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from conftest import REPO_ROOT, start_server, stop_server
+from conftest import REPO_ROOT, START_S, WAIT_S, start_server, stop_server
 
 DEFAULTS = {
     "log_file": "",
@@ -76,7 +76,7 @@ def new_lines(server, before: int, wait_for: str | None = None) -> list[str]:
     """Log lines written after the first `before`; waits (bounded) for one
     containing `wait_for` when given, since the log is written asynchronously
     to the answer."""
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + WAIT_S
     while True:
         lines = server.log().splitlines()[before:]
         if wait_for is None or any(wait_for in l for l in lines) or time.monotonic() > deadline:
@@ -232,7 +232,7 @@ def test_bad_grpc_settings_are_invalid_argument(logged, name, kind, value):
     with grpc.insecure_channel(logged.grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         with pytest.raises(grpc.RpcError) as e:
-            stub.LogSettings(request, timeout=10)
+            stub.LogSettings(request, timeout=30)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert name in e.value.details()
     assert grpc_settings(logged) == DEFAULTS
@@ -259,6 +259,6 @@ def test_flags_set_the_starting_settings(tmp_path):
 def test_a_bad_log_format_flag_is_refused():
     binary = os.environ.get("NEREID_BIN", str(REPO_ROOT / "target/debug/nereid"))
     done = subprocess.run([binary, "--model-repository=/tmp", "--log-format=xml"],
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=START_S)
     assert done.returncode != 0
     assert "--log-format" in done.stderr

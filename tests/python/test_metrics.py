@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from conftest import REPO_ROOT, start_server, stop_server
+from conftest import REPO_ROOT, start_server, stop_server, wait_until
 
 COUNTERS = [
     "nv_inference_request_success",
@@ -61,7 +60,7 @@ def repository(tmp_path):
 
 def scrape(server) -> dict:
     """Metric families by name, parsed by prometheus_client."""
-    r = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10)
+    r = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30)
     r.raise_for_status()
     assert r.headers["content-type"].startswith("text/plain")
     # Triton's names, as written: no `_total` added to counters.
@@ -234,14 +233,20 @@ def test_allow_cpu_metrics_false_drops_the_cpu_gauges(summary_server):
         assert name not in families, name
 
 
+# Holds each execution until the test creates the file GATE.
 SLOW_MODEL = """
+import os
 import time
 import triton_python_backend_utils as pb_utils
+
+GATE = {gate!r}
 
 
 class TritonPythonModel:
     def execute(self, requests):
-        time.sleep(0.4)
+        deadline = time.monotonic() + 600
+        while not os.path.exists(GATE) and time.monotonic() < deadline:
+            time.sleep(0.01)
         return [pb_utils.InferenceResponse(
             [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
             for r in requests]
@@ -255,16 +260,18 @@ instance_group [ { kind: KIND_CPU, count: 1 } ]
 
 
 def test_pending_requests_are_counted_while_they_wait(tmp_path):
-    """One slow instance and four requests at once: while the first runs,
-    the others are pending; afterwards none is."""
+    """One instance held until the test lets it go, and four requests at
+    once: while the first runs, the other three are pending; afterwards
+    none is."""
     repo = tmp_path / "repo"
+    gate = tmp_path / "gate"
     (repo / "slow" / "1").mkdir(parents=True)
-    (repo / "slow" / "1" / "model.py").write_text(SLOW_MODEL)
+    (repo / "slow" / "1" / "model.py").write_text(SLOW_MODEL.format(gate=str(gate)))
     (repo / "slow" / "config.pbtxt").write_text(SLOW_CONFIG)
     s = start_server(tmp_path, [repo], [f"--backend-config=python,python-path={sys.executable}"])
     try:
         def one():
-            client = httpclient.InferenceServerClient(s.http_url, network_timeout=30)
+            client = httpclient.InferenceServerClient(s.http_url, network_timeout=300)
             i = httpclient.InferInput("IN", [1], "FP32")
             i.set_data_from_numpy(np.ones(1, dtype=np.float32))
             client.infer("slow", [i])
@@ -273,14 +280,13 @@ def test_pending_requests_are_counted_while_they_wait(tmp_path):
         for t in threads:
             t.start()
         labels = {"model": "slow", "version": "1"}
-        seen = 0.0
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and seen < 2:
-            seen = max(seen, value(scrape(s), "nv_inference_pending_request_count", labels))
-            time.sleep(0.02)
+        try:
+            wait_until(lambda: value(scrape(s), "nv_inference_pending_request_count", labels) == 3,
+                       "three requests pending behind the running one")
+        finally:
+            gate.touch()
         for t in threads:
             t.join()
-        assert seen >= 2, seen
         after = scrape(s)
         assert value(after, "nv_inference_pending_request_count", labels) == 0
         assert value(after, "nv_inference_request_success", labels) == 4

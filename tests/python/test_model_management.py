@@ -20,7 +20,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import REPO_ROOT, free_port, start_server, stop_server
+from conftest import REPO_ROOT, START_S, free_port, start_server, stop_server
 
 NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
 
@@ -193,7 +193,7 @@ def run_to_exit(repo: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([binary, "--model-repository", str(repo), "--http-address=127.0.0.1",
                            "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
                            *ports, *extra],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=START_S)
 
 
 def test_exit_on_error(tmp_path):

@@ -69,7 +69,7 @@ class TritonPythonModel:
     def execute(self, requests):
         for request in requests:
             sender = request.get_response_sender()
-            for sent in range(600):
+            for sent in range(2400):  # 2 minutes at most
                 if request.is_cancelled():
                     with open(self.marker, "w") as f:
                         f.write(str(sent))
@@ -189,7 +189,7 @@ def test_models_the_routes_cannot_use_are_not_found(client):
 
 def test_readiness_on_the_openai_port(server):
     r = requests.get(f"{server.openai_url[:-len('/v1')]}/health/ready",
-                     headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
+                     headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
     assert r.status_code == 200
 
 
@@ -260,12 +260,12 @@ def test_a_client_that_goes_away_cancels_the_request(server):
                        json={"model": "slow_words", "prompt": "p", "stream": True}) as r:
         lines = r.iter_lines()
         assert next(lines).startswith(b"data: ")
-    # The model would stream for 30 s; it stops when it sees the cancel.
-    deadline = time.monotonic() + 20
+    # The model would stream for 2 minutes; it stops when it sees the cancel.
+    deadline = time.monotonic() + 120
     while not server.cancelled_marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.cancelled_marker.exists(), "the model never saw the request cancelled"
-    assert int(server.cancelled_marker.read_text() or 0) < 600
+    assert int(server.cancelled_marker.read_text() or 0) < 2400
 
 
 def test_tensorrt_llm_request_format(client):
@@ -337,7 +337,7 @@ def test_every_route_wants_the_api_key(server):
     for key in (None, "sk-wrong"):
         wrong = openai.OpenAI(base_url=server.openai_url, api_key=key or "x", max_retries=0)
         if key is None:
-            r = requests.get(f"{server.openai_url}/models", timeout=10)
+            r = requests.get(f"{server.openai_url}/models", timeout=30)
             assert r.status_code == 401
             assert r.json()["error"]["code"] == "invalid_api_key"
             continue
@@ -388,7 +388,7 @@ def test_refusals_have_openais_error_shape(server, route, body, status, message)
 
 def test_a_body_that_is_not_json(server):
     r = requests.post(f"{server.openai_url}/completions", data=b"{not json",
-                      headers={"Authorization": f"Bearer {KEY}"}, timeout=10)
+                      headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
     assert r.status_code == 400
     assert "not valid" in r.json()["error"]["message"]
 

@@ -95,7 +95,7 @@ class Prometheus:
         raise AssertionError(f"prometheus never got to {what}:\n{self.log.read_text()}")
 
     def api(self, path: str, **params) -> dict:
-        r = requests.get(f"http://127.0.0.1:{self.port}/api/v1/{path}", params=params, timeout=10)
+        r = requests.get(f"http://127.0.0.1:{self.port}/api/v1/{path}", params=params, timeout=30)
         body = r.json()
         assert body["status"] == "success", (params, body)
         return body["data"]
@@ -110,7 +110,7 @@ class Prometheus:
 
 
 def scrape_total(metrics_port: int, name: str) -> float:
-    text = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+    text = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30).text
     [line] = [l for l in text.splitlines() if l.startswith(f'{name}{{model="sleepy"')]
     return float(line.rsplit(" ", 1)[1])
 

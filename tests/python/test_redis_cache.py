@@ -23,7 +23,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from calls import infer, model_stats
-from conftest import REPO_ROOT, free_port, free_ports, start_server, stop_server
+from conftest import REPO_ROOT, START_S, free_port, free_ports, start_server, stop_server
 from test_response_cache import COUNTER, config
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
@@ -44,7 +44,7 @@ class Redis:
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", str(self.tmp)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while True:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
@@ -56,7 +56,7 @@ class Redis:
     def stop(self) -> None:
         if self.process is not None:
             self.process.terminate()
-            self.process.wait(timeout=10)
+            self.process.wait(timeout=30)
             self.process = None
 
     def flags(self) -> list[str]:
@@ -99,7 +99,7 @@ def counts(server):
 
 
 def metrics(server) -> dict:
-    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
+    text = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30).text
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
@@ -146,7 +146,8 @@ def test_a_redis_that_stops_is_a_miss_and_hits_resume_once_it_is_back(shared):
     assert connected(a) == 0
     assert "the Redis response cache failed" in a.log()
     redis.start()
-    deadline = time.monotonic() + 15
+    # Each server connects again, waiting longer after each failure.
+    deadline = time.monotonic() + 120
     while connected(a) != 1 or connected(b) != 1:
         assert time.monotonic() < deadline, (a.log()[-2000:], errors(a))
         time.sleep(0.1)
@@ -163,6 +164,6 @@ def test_a_server_whose_redis_cannot_be_reached_does_not_start(tmp_path):
                           "--cache-config=redis,host=127.0.0.1", f"--cache-config=redis,port={port}",
                           f"--http-port={http}", f"--grpc-port={grpc}",
                           f"--metrics-port={metrics}"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=START_S)
     assert run.returncode != 0
     assert f"failed to connect to Redis (127.0.0.1:{port})" in run.stderr + run.stdout, run.stderr

@@ -15,7 +15,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from calls import infer, model_stats
-from conftest import REPO_ROOT, start_server, stop_server
+from conftest import REPO_ROOT, START_S, start_server, stop_server
 
 COUNTER = '''import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -116,5 +116,5 @@ def test_a_reload_drops_the_models_answers(srv):
 def test_a_cache_config_that_cannot_be_parsed_stops_the_server_with_the_reason(flag, message):
     binary = __import__("os").environ.get("NEREID_BIN", str(REPO_ROOT / "target/debug/nereid"))
     run = subprocess.run([binary, "--model-repository", str(REPO_ROOT / "model_repository"), flag],
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, text=True, timeout=START_S)
     assert run.returncode != 0 and message in run.stderr, run.stderr

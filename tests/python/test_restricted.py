@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import REPO_ROOT, start_server, stop_server
+from conftest import REPO_ROOT, START_S, start_server, stop_server
 
 GROUPS = ["health", "metadata", "inference", "shared-memory", "model-config",
           "model-repository", "statistics", "trace", "logging"]
@@ -58,7 +58,7 @@ def simple_repo(tmp):
 
 def health_with_key(server) -> bool:
     return requests.get(f"{server.base}/v2/health/ready", headers={"h-health": "1"},
-                        timeout=1).status_code == 200
+                        timeout=30).status_code == 200
 
 
 @pytest.fixture(scope="module")
@@ -94,18 +94,18 @@ def admin(tmp_path_factory):
 @pytest.mark.parametrize("method, path, group", HTTP_ROUTES)
 def test_every_http_route_is_in_tritons_group(every_group, method, path, group):
     url = every_group.base + path
-    refused = requests.request(method, url, timeout=10)
+    refused = requests.request(method, url, timeout=30)
     assert refused.status_code == 403, refused.text
     assert refused.json() == {"error": f"This API is restricted, expecting header 'h-{group}'"}
     # Another group's key does not open it; its own does.
     other = next(g for g in GROUPS if g != group)
-    assert requests.request(method, url, headers={f"h-{other}": "1"}, timeout=10).status_code == 403
-    allowed = requests.request(method, url, headers={f"h-{group}": "1"}, timeout=10)
+    assert requests.request(method, url, headers={f"h-{other}": "1"}, timeout=30).status_code == 403
+    allowed = requests.request(method, url, headers={f"h-{group}": "1"}, timeout=30)
     assert allowed.status_code != 403, allowed.text
 
 
 def test_unknown_routes_stay_404(every_group):
-    assert requests.get(every_group.base + "/v2/nothing", timeout=10).status_code == 404
+    assert requests.get(every_group.base + "/v2/nothing", timeout=30).status_code == 404
 
 
 def grpc_calls(client: grpcclient.InferenceServerClient):
@@ -192,13 +192,13 @@ def test_a_stream_without_the_key_is_refused_and_with_it_serves(admin):
         client.async_stream_infer("simple", simple_inputs(grpcclient))
     except InferenceServerException:
         pass  # the call already failed; the callback has the reason
-    _, error = answers.get(timeout=10)
+    _, error = answers.get(timeout=30)
     assert error is not None and "triton-grpc-protocol-infer-key" in str(error)
     client.stop_stream()
     client.start_stream(callback=lambda result, error: answers.put((result, error)),
                         headers={"triton-grpc-protocol-infer-key": "k"})
     client.async_stream_infer("simple", simple_inputs(grpcclient))
-    result, error = answers.get(timeout=10)
+    result, error = answers.get(timeout=30)
     client.stop_stream()
     assert error is None, error
     assert result.as_numpy("OUTPUT0").tolist() == [list(range(0, 32, 2))]
@@ -216,5 +216,5 @@ def test_a_stream_without_the_key_is_refused_and_with_it_serves(admin):
 def test_a_bad_restriction_stops_the_server_with_tritons_reason(flag, message):
     binary = os.environ.get("NEREID_BIN", str(REPO_ROOT / "target/debug/nereid"))
     run = subprocess.run([binary, "--model-repository", str(REPO_ROOT / "model_repository"), flag],
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, text=True, timeout=START_S)
     assert run.returncode != 0 and message in run.stderr, run.stderr

@@ -12,7 +12,6 @@ from __future__ import annotations
 import queue
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -25,7 +24,7 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
-from conftest import start_server, stop_server
+from conftest import start_server, stop_server, wait_until
 
 CONFIG = """
 name: "{name}"
@@ -94,16 +93,24 @@ def accumulator(corrid=TensorProto.UINT64) -> onnx.ModelProto:
     return model
 
 
+# A sequence is released when it has had no request for its model's idle
+# time. Only the reaping tests' models (`*_idle`) have a short one: on
+# the others a client thread that comes back late on a busy machine would
+# find its sequence gone, which is not what those tests are about.
+LONG_IDLE_US = 60_000_000
+SHORT_IDLE_US = 200_000
+
 DIRECT = "direct { }"
 OLDEST = ("oldest { max_candidate_sequences: 6 preferred_batch_size: [ 2, 4 ] "
           "max_queue_delay_microseconds: 2000 }")
 MODELS = {
     # name: (max_batch_size, instances, idle µs, CORRID type, strategy)
-    "acc": (8, 1, 5_000_000, "TYPE_UINT64", DIRECT),
-    "acc_two": (4, 2, 5_000_000, "TYPE_UINT64", DIRECT),
-    "acc_one_slot": (1, 1, 200_000, "TYPE_UINT64", DIRECT),
-    "acc_string": (4, 1, 5_000_000, "TYPE_STRING", DIRECT),
-    "acc_oldest": (4, 2, 5_000_000, "TYPE_UINT64", OLDEST),
+    "acc": (8, 1, LONG_IDLE_US, "TYPE_UINT64", DIRECT),
+    "acc_two": (4, 2, LONG_IDLE_US, "TYPE_UINT64", DIRECT),
+    "acc_one_slot": (1, 1, LONG_IDLE_US, "TYPE_UINT64", DIRECT),
+    "acc_idle": (1, 1, SHORT_IDLE_US, "TYPE_UINT64", DIRECT),
+    "acc_string": (4, 1, LONG_IDLE_US, "TYPE_STRING", DIRECT),
+    "acc_oldest": (4, 2, LONG_IDLE_US, "TYPE_UINT64", OLDEST),
 }
 
 
@@ -119,7 +126,7 @@ def write_models(repo):
 
 
 PYTHON_CONFIG = """
-name: "pyacc"
+name: "{name}"
 backend: "python"
 max_batch_size: 4
 input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
@@ -127,7 +134,7 @@ output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] },
          { name: "FLAGS" data_type: TYPE_INT32 dims: [ 1 ] },
          { name: "ENDED" data_type: TYPE_INT32 dims: [ 1 ] } ]
 sequence_batching {
-  max_sequence_idle_microseconds: 300000
+  max_sequence_idle_microseconds: {idle_us}
   control_input [
     { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
     { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
@@ -135,6 +142,8 @@ sequence_batching {
 }
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
+# The Python accumulator under each name, with its idle time.
+PYTHON_MODELS = {"pyacc": LONG_IDLE_US, "pyacc_idle": SHORT_IDLE_US}
 
 # A Python model keeping its own sums by correlation_id(), as a Triton
 # user writes one; START and READY arrive as inputs, flags() as Triton's.
@@ -196,9 +205,11 @@ def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sequence")
     repo = tmp / "models"
     write_models(repo)
-    (repo / "pyacc" / "1").mkdir(parents=True)
-    (repo / "pyacc" / "config.pbtxt").write_text(PYTHON_CONFIG)
-    (repo / "pyacc" / "1" / "model.py").write_text(PYTHON_MODEL)
+    for name, idle_us in PYTHON_MODELS.items():
+        (repo / name / "1").mkdir(parents=True)
+        config = PYTHON_CONFIG.replace("{name}", name).replace("{idle_us}", str(idle_us))
+        (repo / name / "config.pbtxt").write_text(config)
+        (repo / name / "1" / "model.py").write_text(PYTHON_MODEL)
     (repo / "acc_pipeline" / "1").mkdir(parents=True)
     (repo / "acc_pipeline" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
     server = start_server(tmp, [repo], [f"--backend-config=python,python-path={sys.executable}"])
@@ -248,7 +259,7 @@ def test_interleaved_sequences_accumulate_their_own_state(server, model):
             lambda i: run_sequence(server.http_url, model, i, values[i]), ids)))
     for i in ids:
         check(results[i], i, values[i])
-    stats = requests.get(f"http://{server.http_url}/v2/models/{model}/stats", timeout=10).json()
+    stats = requests.get(f"http://{server.http_url}/v2/models/{model}/stats", timeout=30).json()
     inference = stats["model_stats"][0]["inference_stats"]
     assert int(inference["success"]["count"]) >= len(ids) * 6
 
@@ -257,10 +268,10 @@ def test_sequences_are_batched_one_step_each(server):
     # Eight sequences at once on one instance with eight slots: executions
     # hold several sequences' steps.
     ids = list(range(201, 209))
-    before = requests.get(f"http://{server.http_url}/v2/models/acc/stats", timeout=10).json()
+    before = requests.get(f"http://{server.http_url}/v2/models/acc/stats", timeout=30).json()
     with ThreadPoolExecutor(len(ids)) as pool:
         list(pool.map(lambda i: run_sequence(server.http_url, "acc", i, [1] * 10), ids))
-    after = requests.get(f"http://{server.http_url}/v2/models/acc/stats", timeout=10).json()
+    after = requests.get(f"http://{server.http_url}/v2/models/acc/stats", timeout=30).json()
     executions = (int(after["model_stats"][0]["execution_count"])
                   - int(before["model_stats"][0]["execution_count"]))
     assert executions < len(ids) * 10, executions
@@ -301,19 +312,33 @@ def test_tritons_errors(server):
     assert "must specify the START flag" in error_of(lambda: http_step(url, "acc", 1, 301))
 
 
+def reaped(server, model: str) -> float:
+    """nereid_sequence_reaped for `model` (0 before the first release)."""
+    metrics = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30).text
+    lines = [line for line in metrics.splitlines()
+             if line.startswith("nereid_sequence_reaped{") and f'model="{model}"' in line]
+    return float(lines[0].split()[-1]) if lines else 0.0
+
+
+def wait_reaped(server, model: str, count: float) -> None:
+    """Waits until `model` has released `count` idle sequences. The server
+    forgets a sequence before it counts it, so afterwards its next request
+    needs START."""
+    wait_until(lambda: reaped(server, model) >= count, f"{count:g} sequences of '{model}' reaped")
+
+
 def test_an_idle_sequence_is_released(server):
     url = server.http_url
-    assert http_step(url, "acc_one_slot", 3, 400, start=True)[0] == 3
-    # Idle beyond max_sequence_idle_microseconds (0.2 s): the slot goes.
-    time.sleep(1.0)
-    assert "must specify the START flag" in error_of(lambda: http_step(url, "acc_one_slot", 1, 400))
-    # The only slot is free for another sequence.
-    check(run_sequence(url, "acc_one_slot", 401, [1, 2, 3]), 401, [1, 2, 3])
-    # Beyond Triton: the release is counted.
-    metrics = requests.get(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).text
-    reaped = [line for line in metrics.splitlines()
-              if line.startswith("nereid_sequence_reaped{") and 'model="acc_one_slot"' in line]
-    assert reaped and float(reaped[0].split()[-1]) >= 1, reaped
+    before = reaped(server, "acc_idle")
+    assert http_step(url, "acc_idle", 3, 400, start=True)[0] == 3
+    # Idle beyond max_sequence_idle_microseconds (0.2 s): the slot goes,
+    # and (beyond Triton) the release is counted.
+    wait_reaped(server, "acc_idle", before + 1)
+    assert "must specify the START flag" in error_of(lambda: http_step(url, "acc_idle", 1, 400))
+    # The only slot is free for another sequence: one that starts and
+    # ends in one request, as a longer one would be reaped itself if its
+    # client came back late.
+    check(run_sequence(url, "acc_idle", 401, [5]), 401, [5])
 
 
 def test_grpc_streams_keep_each_sequences_order(server):
@@ -373,7 +398,7 @@ def test_string_ids_reach_a_string_corrid(server):
 
 
 def test_server_metadata_lists_the_sequence_extension(server):
-    meta = requests.get(f"http://{server.http_url}/v2", timeout=10).json()
+    meta = requests.get(f"http://{server.http_url}/v2", timeout=30).json()
     assert "sequence" in meta["extensions"]
 
 
@@ -435,7 +460,7 @@ def test_malformed_sequence_parameters_get_tritons_words(server):
     def post(parameters):
         body = {"parameters": parameters,
                 "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [1]}]}
-        r = requests.post(f"http://{server.http_url}/v2/models/acc/infer", json=body, timeout=10)
+        r = requests.post(f"http://{server.http_url}/v2/models/acc/infer", json=body, timeout=30)
         return r.status_code, r.json().get("error")
 
     # Triton 2.51 answers these with the same words but status 500.
@@ -458,17 +483,21 @@ def test_a_reaped_sequence_tells_the_model_it_ended(server):
     def start(sid):
         x = httpclient.InferInput("INPUT", [1, 1], "INT32")
         x.set_data_from_numpy(np.array([[1]], dtype=np.int32))
-        r = client.infer("pyacc", [x], sequence_id=sid, sequence_start=True)
+        r = client.infer("pyacc_idle", [x], sequence_id=sid, sequence_start=True)
         return int(r.as_numpy("ENDED")[0, 0])
 
     def inferences():
-        stats = requests.get(f"http://{server.http_url}/v2/models/pyacc/stats", timeout=10).json()
+        stats = requests.get(f"http://{server.http_url}/v2/models/pyacc_idle/stats",
+                             timeout=30).json()
         return int(stats["model_stats"][0]["inference_count"])
 
     try:
         counted = inferences()
+        before = reaped(server, "pyacc_idle")
         ended = start(8001)
-        time.sleep(1.5)  # idle beyond 0.3 s: reaped
+        # Idle beyond 0.2 s: reaped. The END step is queued on the one
+        # instance before the release is counted, so it runs before 8002.
+        wait_reaped(server, "pyacc_idle", before + 1)
         assert start(8002) == ended + 1
         assert inferences() == counted + 2
     finally:

@@ -18,7 +18,6 @@ Runtime backend gives the same answers for these models."""
 from __future__ import annotations
 
 import queue
-import shutil
 import uuid
 from functools import partial
 
@@ -57,10 +56,20 @@ def example_model(dyna: bool) -> onnx.ModelProto:
     return model
 
 
+# simple_sequence's config leaves max_sequence_idle_microseconds at the
+# default (1 s): a client thread that came back more than a second late on
+# a busy machine would find its sequence released. The copy here names a
+# long one; simple_dyna_sequence's own is 10 s.
+IDLE = "sequence_batching {\n  max_sequence_idle_microseconds: 60000000\n"
+
+
 def write_examples(repo) -> None:
     for name, dyna in (("simple_sequence", False), ("simple_dyna_sequence", True)):
         (repo / name / "1").mkdir(parents=True)
-        shutil.copy(EXAMPLES / name / "config.pbtxt", repo / name / "config.pbtxt")
+        config = (EXAMPLES / name / "config.pbtxt").read_text()
+        if "max_sequence_idle_microseconds" not in config:
+            config = config.replace("sequence_batching {\n", IDLE, 1)
+        (repo / name / "config.pbtxt").write_text(config)
         onnx.save(example_model(dyna), repo / name / "1" / "model.onnx")
 
 

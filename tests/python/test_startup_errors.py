@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT, free_ports
+from conftest import REPO_ROOT, START_S, free_ports
 
 BINARY = os.environ.get("NEREID_BIN", str(REPO_ROOT / "target/debug/nereid"))
 
@@ -36,7 +36,7 @@ def start(tmp_path, args, backtrace=None):
     given = {arg.split("=")[0] for arg in args}
     defaults = [arg for arg in defaults if arg.split("=")[0] not in given]
     done = subprocess.run([BINARY, *defaults, *args], env=env, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=START_S)
     return done.returncode, done.stderr.splitlines()
 
 

@@ -63,7 +63,7 @@ FRONTEND = {
 }
 A = np.arange(16, dtype=np.int32).reshape(1, 16)
 ENSEMBLES = {"mlp_pipeline"}  # no compute of their own
-WAIT_S = 10
+WAIT_S = 60
 
 
 # --- servers and calls ------------------------------------------------------

@@ -22,7 +22,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import REPO_ROOT, start_server, stop_server
+from conftest import REPO_ROOT, start_server, stop_server, wait_until
 
 PERF_ANALYZER = REPO_ROOT / ".tools" / "perf_analyzer" / "perf_analyzer.sh"
 # The 99.9999th percentile of chi-square with one degree of freedom: a fair
@@ -44,8 +44,17 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 """
 
 PLUS = """
+import os
 import time
 import triton_python_backend_utils as pb_utils
+
+
+def wait_for(path):
+    \"\"\"Until the test creates `path` (at most 10 minutes).\"\"\"
+    deadline = time.monotonic() + 600
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
 
 class TritonPythonModel:
     def execute(self, requests):
@@ -75,13 +84,17 @@ ensemble_scheduling { step [ {
 
 def python_model(root: Path, name: str, versions: dict[int, tuple[int, str]], traffic: dict):
     """A Python model whose version v adds versions[v][0] after running
-    versions[v][1] (a statement: a sleep, a raise)."""
+    versions[v][1] (a statement: a wait, a raise)."""
     (root / name).mkdir(parents=True)
     (root / name / "config.pbtxt").write_text(PY_CONFIG)
     for v, (add, before) in versions.items():
         (root / name / str(v)).mkdir()
         (root / name / str(v) / "model.py").write_text(PLUS.format(add=add, before=before or "pass"))
     (root / name / "traffic.json").write_text(json.dumps(traffic))
+
+
+def shadow_gate(tmp: Path) -> Path:
+    return tmp / "shadow-gate"
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +116,8 @@ def traffic_server(tmp_path_factory):
         "labels": {"stable": 1}, "split": {"stable": 1}}))
     (repo / "ab_pipeline" / "1").mkdir(parents=True)
     (repo / "ab_pipeline" / "config.pbtxt").write_text(ENSEMBLE)
-    python_model(repo, "shadowed", {1: (1, ""), 2: (2, "time.sleep(3)")},
+    # The shadow version is held until the test opens its gate.
+    python_model(repo, "shadowed", {1: (1, ""), 2: (2, f"wait_for({str(shadow_gate(tmp))!r})")},
                  {"split": {"1": 1}, "shadow": {"version": "2", "fraction": 1.0, "queue": 2}})
     python_model(repo, "failing_shadow", {1: (1, ""), 2: (2, "raise RuntimeError('shadow broke')")},
                  {"split": {"1": 1}, "shadow": {"version": "2", "fraction": 1.0}})
@@ -111,6 +125,7 @@ def traffic_server(tmp_path_factory):
     server = start_server(tmp, [repo], ["--model-control-mode=explicit", "--load-model=*",
                                         f"--route-log={log}"])
     yield server, log
+    shadow_gate(tmp).touch()
     stop_server(server)
 
 
@@ -173,7 +188,7 @@ def test_grpc_metadata_and_index_show_labels_where_triton_clients_skip_them(traf
             rpc = channel.unary_unary(f"/inference.GRPCInferenceService/{method}",
                                       request_serializer=lambda m: m.SerializeToString(),
                                       response_deserializer=response.FromString)
-            return rpc(request, timeout=10)
+            return rpc(request, timeout=30)
 
     metadata = call("ModelMetadata", "inference.ModelMetadataRequest",
                     "inference.ModelMetadataResponse", name="ab")
@@ -208,13 +223,12 @@ def test_a_split_follows_its_weights_over_10000_requests(traffic_server):
              for s in requests.get(f"{server.base}/v2/models/ab/stats").json()["model_stats"]}
     assert stats["2"] >= canary and stats["1"] >= n - canary
     # The route log has a line per request, ids and all.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    def logged() -> list[dict]:
         lines = [json.loads(l) for l in log.read_text().splitlines() if l.strip()]
         split = [l for l in lines if l.get("id", "").startswith("split-")]
-        if len(split) >= n:
-            break
-        time.sleep(0.2)
+        return split if len(split) >= n else []
+
+    split = wait_until(logged, f"{n} lines in the route log", interval_s=0.2)
     assert len(split) == n
     by_id = {l["id"]: l for l in split}
     assert by_id["split-7"]["model"] == "ab"
@@ -299,17 +313,21 @@ def shadow_counts(server, model: str) -> dict[str, float]:
 
 
 def test_a_slow_shadow_never_slows_the_answers(traffic_server):
-    server, _ = traffic_server
+    server, log = traffic_server
     http = httpclient.InferenceServerClient(server.http_url)
-    for i in range(10):
-        started = time.monotonic()
-        answer = http.infer("shadowed", py_input(httpclient, i))
-        # The shadow sleeps 3 s per copy; answers never wait for it.
-        assert time.monotonic() - started < 1.5
-        assert answer.as_numpy("OUT")[0] == i + 1
-        assert answer.get_response()["model_version"] == "1"
-    # One copy runs, two wait, the rest are dropped.
-    assert shadow_counts(server, "shadowed")["dropped"] >= 7
+    # The shadow copies are held until the gate opens, which it does only
+    # after the answers: an answer that waited for its shadow would never
+    # come (the client gives up, and the test fails).
+    try:
+        for i in range(10):
+            answer = http.infer("shadowed", py_input(httpclient, i))
+            assert answer.as_numpy("OUT")[0] == i + 1
+            assert answer.get_response()["model_version"] == "1"
+        # One copy runs, two wait, the rest are dropped.
+        wait_until(lambda: shadow_counts(server, "shadowed").get("dropped", 0) >= 7,
+                   "7 shadow copies dropped")
+    finally:
+        shadow_gate(log.parent).touch()
 
 
 def test_a_failing_shadow_never_reaches_the_client(traffic_server):
@@ -318,9 +336,8 @@ def test_a_failing_shadow_never_reaches_the_client(traffic_server):
     for i in range(5):
         assert http.infer("failing_shadow", py_input(httpclient, i),
                           request_id=f"fs-{i}").as_numpy("OUT")[0] == i + 1
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and shadow_counts(server, "failing_shadow").get("failed", 0) < 5:
-        time.sleep(0.2)
+    wait_until(lambda: shadow_counts(server, "failing_shadow").get("failed", 0) >= 5,
+               "5 failed shadow copies", interval_s=0.2)
     assert shadow_counts(server, "failing_shadow")["failed"] == 5
     lines = [json.loads(l) for l in log.read_text().splitlines() if '"kind":"shadow"' in l]
     failed = [l for l in lines if l["model"] == "failing_shadow"]

@@ -323,7 +323,7 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
         .collect();
     let outputs = vec!["OUT".to_string()];
     // The first client goes away 100 ms into the execute; the model waits
-    // for that (up to 10 s) and answers it CANCELLED, the other normally.
+    // for that (up to 2 minutes) and answers it CANCELLED, the other normally.
     let started = std::time::Instant::now();
     let gone = move || started.elapsed() > std::time::Duration::from_millis(100);
     let batch = [
@@ -346,7 +346,7 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] } ]
         .execute_requests(&batch)
         .into_iter();
     assert!(
-        started.elapsed() < std::time::Duration::from_secs(5),
+        started.elapsed() < std::time::Duration::from_secs(60),
         "the model saw the cancellation"
     );
     let first = results.next().unwrap().unwrap_err().to_string();
@@ -533,7 +533,7 @@ output [ { name: "RESULT" data_type: TYPE_STRING dims: [ 1 ] } ]
     );
     drop(instance);
     // The worker has exited; its side thread drops its metrics on the way out.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !server.metrics.snapshot().is_empty() {
         assert!(std::time::Instant::now() < deadline, "the metrics stayed");
         std::thread::sleep(std::time::Duration::from_millis(10));

@@ -4,7 +4,7 @@
 #![expect(clippy::unwrap_used, reason = "test code")]
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
@@ -12,6 +12,9 @@ use nereid_core::testing::{FnBackend, int32s as ints, map_int32};
 use nereid_core::{DataType, InferRequest, InputTensor, Parameter, Parameters};
 use nereid_engine::{Engine, EngineOptions};
 use parking_lot::Mutex;
+
+/// A bound on every wait for the engine, not an expected time.
+const WAIT: Duration = Duration::from_secs(60);
 
 struct Harness {
     engine: Engine,
@@ -43,7 +46,7 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
     let recorded = Arc::clone(&batches);
     let backend = FnBackend::new("recorder", move |batch| {
         let _ = started_tx.send(());
-        let _ = gate.recv_timeout(Duration::from_secs(10));
+        let _ = gate.recv_timeout(WAIT);
         let input = &batch.inputs[0];
         recorded.lock().push(input.shape[0]);
         Ok(vec![map_int32(input, "OUTPUT0", |v| v * 2)])
@@ -103,18 +106,33 @@ impl Harness {
 
     async fn wait_started(&self) {
         let started = self.started.clone();
-        tokio::task::spawn_blocking(move || started.recv_timeout(Duration::from_secs(10)).unwrap())
+        tokio::task::spawn_blocking(move || started.recv_timeout(WAIT).unwrap())
             .await
             .unwrap();
     }
 
-    async fn queued(&self, n: usize) {
-        // Requests reach the batcher through a channel; give it a moment
-        // to take them in before the instance frees up.
-        for _ in 0..n * 10 {
-            tokio::task::yield_now().await;
+    /// Waits until `n` requests are pending (accepted, not running):
+    /// each is then in the batcher's channel or queue, and the batcher
+    /// takes in its whole channel before it forms a batch. (A pause of a
+    /// few milliseconds, which this replaces, could end before the
+    /// spawned requests were sent on a busy machine.)
+    async fn queued(&self, n: u64) {
+        let pending = || {
+            self.engine
+                .activity()
+                .iter()
+                .find(|a| a.name == "rec")
+                .map_or(0, |a| a.pending)
+        };
+        let deadline = Instant::now() + WAIT;
+        while pending() < n {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {n} requests pending",
+                pending()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

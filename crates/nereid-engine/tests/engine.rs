@@ -145,7 +145,7 @@ async fn an_abandoned_request_never_runs() {
         async move { engine.infer(request("gated", &[1, 2])).await }
     });
     let started = controls.started.clone();
-    tokio::task::spawn_blocking(move || started.recv_timeout(Duration::from_secs(10)))
+    tokio::task::spawn_blocking(move || started.recv_timeout(Duration::from_secs(60)))
         .await
         .unwrap()
         .expect("the first request started executing");
@@ -212,7 +212,7 @@ async fn an_instance_that_cannot_restart_makes_the_version_unavailable() {
             .find(|r| r.name == "faulty")
             .unwrap()
     };
-    let unavailable = common::eventually(Duration::from_secs(10), || {
+    let unavailable = common::eventually(Duration::from_secs(60), || {
         row().state == Some(ModelState::Unavailable)
     })
     .await;

@@ -15,7 +15,7 @@ use nereid_core::ErrorKind;
 use nereid_core::model_config::ModelConfig;
 use nereid_engine::{ControlMode, Engine, IndexEntry, LoadRequest, ModelState};
 
-const WAIT: Duration = Duration::from_secs(10);
+const WAIT: Duration = Duration::from_secs(60);
 
 fn row(engine: &Engine, name: &str, version: Option<i64>) -> Option<IndexEntry> {
     engine

@@ -14,7 +14,7 @@ use common::{CONFIG, eventually, first_output, request, write_model, write_versi
 use nereid_core::ErrorKind;
 use nereid_engine::{ControlMode, Engine, EngineOptions, ModelControl, ModelState};
 
-const WAIT: Duration = Duration::from_secs(15);
+const WAIT: Duration = Duration::from_secs(60);
 
 fn poll_engine(root: &Path) -> Engine {
     let (backend, _) = common::backend();

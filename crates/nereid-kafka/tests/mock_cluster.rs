@@ -103,10 +103,10 @@ fn produce(bootstrap: &str, count: i32) {
         )
         .map_err(|(e, _)| e)
         .unwrap();
-    producer.flush(Duration::from_secs(10)).unwrap();
+    producer.flush(Duration::from_secs(60)).unwrap();
 }
 
-/// Reads `topic` until `count` records came or 30 s passed.
+/// Reads `topic` until `count` records came or 120 s passed.
 fn read(bootstrap: &str, topic: &str, count: usize) -> Vec<(i32, String, Vec<u8>)> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
@@ -116,7 +116,7 @@ fn read(bootstrap: &str, topic: &str, count: usize) -> Vec<(i32, String, Vec<u8>
         .unwrap();
     consumer.subscribe(&[topic]).unwrap();
     let mut records = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(120);
     while records.len() < count && Instant::now() < deadline {
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
             let key = String::from_utf8(m.key().unwrap_or_default().to_vec()).unwrap();
@@ -136,7 +136,7 @@ fn committed(bootstrap: &str) -> Vec<Offset> {
     list.add_partition("in", 0);
     list.add_partition("in", 1);
     let offsets = consumer
-        .committed_offsets(list, Duration::from_secs(10))
+        .committed_offsets(list, Duration::from_secs(60))
         .unwrap();
     offsets.elements().iter().map(|e| e.offset()).collect()
 }
@@ -165,7 +165,7 @@ async fn run_through(cluster: &Cluster, count: i32, inject: impl FnOnce(&Cluster
     let kafka = Kafka::start(
         route_file(&bootstrap, "partition"),
         engine.clone(),
-        Duration::from_secs(10),
+        Duration::from_secs(60),
     )
     .unwrap();
     let out = tokio::task::spawn_blocking({

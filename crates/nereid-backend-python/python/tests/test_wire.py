@@ -110,7 +110,7 @@ def test_inbox_waiters_take_turns_reading(pipe):
         os.write(write_fd, frame({"op": key}))
         time.sleep(0.02)
     for thread in threads:
-        thread.join(timeout=5)
+        thread.join(timeout=60)
     assert done == {"a": True, "b": True, "c": True}
     # Nothing is read while nobody waits; poll_now takes what has arrived.
     os.write(write_fd, frame({"op": "d"}) + frame({"op": "e"}))

@@ -121,7 +121,9 @@ impl ModelInstance for FakeInstance {
         self.threads.lock().push(thread);
         if self.gated {
             let _ = self.started.send(());
-            let _ = self.gate.recv_timeout(Duration::from_secs(10));
+            // Held until the test releases it (the bound only keeps a
+            // failing test from hanging).
+            let _ = self.gate.recv_timeout(Duration::from_secs(60));
         }
         let input = &batch.inputs[0];
         if self.panicky && input.data.starts_with(&666i32.to_le_bytes()) {

@@ -1,4 +1,4 @@
-"""A slow model: waits (up to 10 s) until one of its requests is cancelled,
+"""A slow model: waits (up to 2 minutes) until one of its requests is cancelled,
 then answers the cancelled ones with a CANCELLED error and the others with
 OUT = IN, as Triton's request-cancellation guide suggests."""
 
@@ -9,7 +9,7 @@ import triton_python_backend_utils as pb_utils
 
 class TritonPythonModel:
     def execute(self, requests):
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 120
         while not any(r.is_cancelled() for r in requests) and time.monotonic() < deadline:
             time.sleep(0.005)
         responses = []
