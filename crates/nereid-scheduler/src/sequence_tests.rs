@@ -400,3 +400,39 @@ fn a_reaped_sequence_gets_its_farewell_before_the_slot_goes() {
     assert_eq!(next.items.iter().map(|s| s.n).collect::<Vec<_>>(), [2]);
     assert_eq!(batcher.reaped(), 1);
 }
+
+#[test]
+fn requests_from_many_threads_while_the_instance_runs_join_its_next_batch() {
+    // A slot for the running sequence and one for each thread's.
+    let r = rig(1, 9, LONG, 8);
+    r.send(1, 0, true, false);
+    let (_, permit) = r.batch(0);
+    // Eight threads each start a sequence while the one batch runs.
+    std::thread::scope(|scope| {
+        for id in 2..10u64 {
+            let r = &r;
+            scope.spawn(move || {
+                r.batcher
+                    .submit(Step {
+                        id: CorrelationId::Int(id),
+                        n: id as u32,
+                        start: true,
+                        end: false,
+                        placed: None,
+                        rejected: r.reject_to.clone(),
+                    })
+                    .unwrap();
+            });
+        }
+    });
+    r.nothing(0);
+    drop(permit);
+    let (next, _permit) = r.batch(0);
+    let mut steps: Vec<u32> = next.iter().map(|(n, _, _)| *n).collect();
+    steps.sort_unstable();
+    assert_eq!(
+        steps,
+        (2..10).collect::<Vec<u32>>(),
+        "one batch of all eight"
+    );
+}
