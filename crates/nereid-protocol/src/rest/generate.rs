@@ -392,6 +392,16 @@ mod tests {
         assert_eq!(error.kind(), nereid_core::ErrorKind::InvalidArgument);
     }
 
+    /// A BYTES output `text_output` holding "ok".
+    fn text_output_ok() -> Tensor {
+        Tensor {
+            name: "text_output".into(),
+            datatype: DataType::Bytes,
+            shape: vec![1],
+            data: Bytes::from_static(b"\x02\x00\x00\x00ok"),
+        }
+    }
+
     #[test]
     fn reserved_names_keep_their_first_value_and_keys_come_sorted() {
         let response = InferResponse {
@@ -399,12 +409,7 @@ mod tests {
             model_version: 1,
             id: "42".into(),
             outputs: vec![
-                Tensor {
-                    name: "text_output".into(),
-                    datatype: DataType::Bytes,
-                    shape: vec![1],
-                    data: Bytes::from_static(b"\x02\x00\x00\x00ok"),
-                },
+                text_output_ok(),
                 Tensor {
                     name: "tag".into(),
                     datatype: DataType::Int32,
@@ -432,12 +437,7 @@ mod tests {
             model_version: 1,
             id: String::new(),
             outputs: vec![
-                Tensor {
-                    name: "text_output".into(),
-                    datatype: DataType::Bytes,
-                    shape: vec![1],
-                    data: Bytes::from_static(b"\x02\x00\x00\x00ok"),
-                },
+                text_output_ok(),
                 Tensor {
                     name: "pair".into(),
                     datatype: DataType::Int32,
