@@ -155,3 +155,13 @@ def test_a_worker_that_dies_fails_its_open_requests_and_starts_again(grpc_url):
     finally:
         held.close()
         crasher.close()
+
+
+def test_a_model_thread_calls_another_model_after_execute_returned(grpc_url):
+    stream = Stream(grpc_url)
+    try:
+        for value in (3, 5, 7):
+            stream.send("bls_later", value, request_id=str(value))
+        assert sorted(stream.take(3)) == [(6, True, None), (10, True, None), (14, True, None)]
+    finally:
+        stream.close()
