@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use crate::environment::Environments;
-use crate::instance::{PythonInstance, Service};
+use crate::instance::PythonInstance;
+use crate::service::Service;
 use crate::side::SideContext;
 use crate::worker::{Launch, Worker};
 

@@ -14,11 +14,11 @@ use nereid_core::{
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
+use crate::frame::Stdin;
 use crate::frame::write_frame;
-use crate::instance::Service;
+use crate::service::Service;
 use crate::shm::{Arena, WorkerFiles};
 use crate::tensors::{Reader, code_name, descriptor, parameters};
-use crate::worker::Stdin;
 
 /// Room for the first call's answers; the arena grows past it as needed.
 const ARENA_START: usize = 1 << 20;

@@ -3,8 +3,15 @@
 //! one object (`python/README.md` has the messages).
 
 use std::io::{self, Read, Write};
+use std::process::ChildStdin;
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use serde_json::Value;
+
+/// A worker's stdin, written one frame at a time by its instance thread,
+/// its drain thread, BLS threads and its side thread.
+pub(crate) type Stdin = Arc<Mutex<ChildStdin>>;
 
 /// The largest frame either side accepts. Frames carry descriptors and
 /// messages, never tensor bytes, so a bigger one is a broken peer.
@@ -108,6 +115,23 @@ impl<R: Read> FrameReader<R> {
                 };
             }
         }
+    }
+}
+
+/// Logs a worker's `log` frame as the worker `label`.
+pub(crate) fn log_frame(label: &str, frame: &Value) {
+    let message = frame["message"].as_str().unwrap_or_default();
+    let at = format!(
+        "{}:{}",
+        frame["file"].as_str().unwrap_or("?"),
+        frame["line"].as_u64().unwrap_or(0)
+    );
+    let worker = label;
+    match frame["level"].as_str() {
+        Some("error") => tracing::error!(target: "nereid::python", worker, at, "{message}"),
+        Some("warn") => tracing::warn!(target: "nereid::python", worker, at, "{message}"),
+        Some("verbose") => tracing::debug!(target: "nereid::python", worker, at, "{message}"),
+        _ => tracing::info!(target: "nereid::python", worker, at, "{message}"),
     }
 }
 

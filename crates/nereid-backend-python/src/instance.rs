@@ -5,13 +5,12 @@
 //! final flag, as in Triton: the instance takes its next batch meanwhile
 //! (`link.rs`).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nereid_core::{
-    BackendError, Batch, BatchRequest, InferRequest, InferService, ModelInstance, RequestWise,
-    Tensor,
+    BackendError, Batch, BatchRequest, InferRequest, ModelInstance, RequestWise, Tensor,
 };
 use parking_lot::MutexGuard;
 use serde_json::{Value, json};
@@ -19,6 +18,7 @@ use serde_json::{Value, json};
 use crate::bls::Bls;
 use crate::link::{CANCEL_POLL, Io, Link};
 use crate::open::Lease;
+use crate::service::Service;
 use crate::shm::Arena;
 use crate::streams::{Kept, reschedule_refused, rescheduled};
 use crate::tensors::{descriptor, parameters};
@@ -43,9 +43,6 @@ const CANCEL_GRACE: Duration = Duration::from_secs(5);
 
 /// Room for the first batch's inputs; the arena grows past it as needed.
 const ARENA_START: usize = 1 << 20;
-
-/// The server, for BLS calls; set once the engine exists.
-pub(crate) type Service = Arc<OnceLock<Arc<dyn InferService>>>;
 
 pub struct PythonInstance {
     label: String,

@@ -32,6 +32,7 @@ mod frame;
 mod instance;
 mod link;
 mod open;
+mod service;
 mod shm;
 mod side;
 mod sources;

@@ -19,9 +19,9 @@ use nereid_core::{Error, InferService};
 use serde_json::{Map, Value, json};
 
 use crate::frame::{FrameReader, write_frame};
-use crate::instance::Service;
+use crate::frame::{Stdin, log_frame};
+use crate::service::Service;
 use crate::shm::{Region, WorkerFiles};
-use crate::worker::{Stdin, log_frame};
 
 /// What the side thread of one worker needs besides its pipe.
 #[derive(Clone)]

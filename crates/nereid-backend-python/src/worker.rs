@@ -13,21 +13,18 @@ use std::io::{self, BufRead, BufReader};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::frame::{FrameReader, write_frame};
+use crate::frame::{FrameReader, Stdin, log_frame, write_frame};
 use crate::side::{self, SideContext};
 
 /// The worker's descriptor for side frames (`NEREID_SIDE_FD`).
 const SIDE_FD: RawFd = 3;
-
-/// A worker's stdin, written by its instance thread and its side thread.
-pub(crate) type Stdin = Arc<Mutex<ChildStdin>>;
 
 /// How long a worker may take to finish after `finalize` before it is killed.
 const FINALIZE_GRACE: Duration = Duration::from_secs(10);
@@ -327,23 +324,6 @@ impl Worker {
 impl Drop for Worker {
     fn drop(&mut self) {
         self.shut_down();
-    }
-}
-
-/// Logs a worker's `log` frame as the worker `label`.
-pub(crate) fn log_frame(label: &str, frame: &Value) {
-    let message = frame["message"].as_str().unwrap_or_default();
-    let at = format!(
-        "{}:{}",
-        frame["file"].as_str().unwrap_or("?"),
-        frame["line"].as_u64().unwrap_or(0)
-    );
-    let worker = label;
-    match frame["level"].as_str() {
-        Some("error") => tracing::error!(target: "nereid::python", worker, at, "{message}"),
-        Some("warn") => tracing::warn!(target: "nereid::python", worker, at, "{message}"),
-        Some("verbose") => tracing::debug!(target: "nereid::python", worker, at, "{message}"),
-        _ => tracing::info!(target: "nereid::python", worker, at, "{message}"),
     }
 }
 
