@@ -166,8 +166,9 @@ class Worker:
 
     def route(self, message):
         """Handle what the thread reading frames got (see Inbox): a
-        `bls_response`, `reply`, `cancel` or `release` at once, anything else (other frames,
-        undecodable ones, end of input) is queued for the main thread."""
+        `bls_response`, `reply`, `cancel` or `release` at once; anything else
+        (other frames, undecodable ones, end of input) is queued for the
+        main thread."""
         if type(message) is dict:
             op = message.get("op")
             try:

@@ -248,21 +248,15 @@ impl PythonInstance {
                 Some("bls_release") => io.bls.released(),
                 Some("response") => {
                     let r = io.response(&frame);
-                    let Some(id) = r.id else {
-                        tracing::warn!(worker = %self.label, id = %frame["id"], "a response without a usable id was dropped");
-                        continue;
-                    };
-                    let response = r.response;
-                    if let Some(index) = id.checked_sub(first_id).filter(|&i| i < count as u64)
-                        && requests[index as usize].responder.is_none()
-                    {
-                        kept.keep(index as usize, response);
-                    } else if !io.open.send(
-                        id,
-                        response.map(|r| r.map_err(BackendError::into_request_error)),
-                        r.last,
-                    ) {
-                        tracing::warn!(worker = %self.label, id, "a response for a request that is not open was dropped");
+                    // A request of this batch whose model is not decoupled
+                    // answers through its result; the others are open.
+                    let kept_at =
+                        r.id.and_then(|id| id.checked_sub(first_id))
+                            .map(|i| i as usize)
+                            .filter(|&i| i < count && requests[i].responder.is_none());
+                    match kept_at {
+                        Some(index) => kept.keep(index, r.response),
+                        None => io.pass_on(r, &frame["id"]),
                     }
                 }
                 _ => break frame,

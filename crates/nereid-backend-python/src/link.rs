@@ -192,16 +192,8 @@ impl Io {
     fn drained(&mut self, frame: Value) {
         match frame["op"].as_str() {
             Some("response") => {
-                let r = self.response(&frame);
-                let sent = r.id.is_some_and(|id| {
-                    let response = r
-                        .response
-                        .map(|r| r.map_err(BackendError::into_request_error));
-                    self.open.send(id, response, r.last)
-                });
-                if !sent {
-                    tracing::warn!(worker = %self.label, id = %frame["id"], "a response for a request that is not open was dropped");
-                }
+                let response = self.response(&frame);
+                self.pass_on(response, &frame["id"]);
                 self.release(RELEASE_EVERY);
             }
             Some("bls") => self.bls.call_on_thread(frame, self.worker.stdin()),
@@ -209,6 +201,20 @@ impl Io {
             _ => {
                 tracing::warn!(worker = %self.label, %frame, "the worker sent an unexpected frame between executes; dropped")
             }
+        }
+    }
+
+    /// Passes a response on to its open request; one for a request that
+    /// is not open (`id` as the frame gave it) is dropped with a warning.
+    pub(crate) fn pass_on(&mut self, r: Response, id: &Value) {
+        let sent = r.id.is_some_and(|open| {
+            let response = r
+                .response
+                .map(|r| r.map_err(BackendError::into_request_error));
+            self.open.send(open, response, r.last)
+        });
+        if !sent {
+            tracing::warn!(worker = %self.label, %id, "a response for a request that is not open was dropped");
         }
     }
 
@@ -235,22 +241,23 @@ impl Io {
     pub(crate) fn tell_cancelled(&mut self, more: &[u64]) -> Result<(), WorkerError> {
         let mut ids = self.open.newly_cancelled();
         ids.extend_from_slice(more);
+        self.send_cancel(&ids)
+    }
+
+    /// Asks the worker to cancel every open request (the instance goes).
+    pub(crate) fn cancel_open(&mut self) {
+        let ids = self.open.cancel_all();
+        let _ = self.send_cancel(&ids);
+    }
+
+    /// A `cancel` frame naming `ids`, unless there are none.
+    fn send_cancel(&mut self, ids: &[u64]) -> Result<(), WorkerError> {
         if ids.is_empty() {
             return Ok(());
         }
         let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
         self.worker
             .send(&json!({"op": "cancel", "request_ids": ids}))
-    }
-
-    /// Asks the worker to cancel every open request (the instance goes).
-    pub(crate) fn cancel_open(&mut self) {
-        let ids: Vec<String> = self.open.cancel_all().iter().map(u64::to_string).collect();
-        if !ids.is_empty() {
-            let _ = self
-                .worker
-                .send(&json!({"op": "cancel", "request_ids": ids}));
-        }
     }
 
     /// The worker cannot be talked to any more: its open requests fail
