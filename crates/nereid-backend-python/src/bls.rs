@@ -9,7 +9,8 @@
 use std::sync::Arc;
 
 use nereid_core::{
-    InferRequest, InferResponse, InputTensor, Parameter, Parameters, RequestedOutput,
+    CorrelationId, InferRequest, InferResponse, InputTensor, ModelVersion, Parameter, Parameters,
+    RequestedOutput, Routing, Sequence,
 };
 use parking_lot::Mutex;
 use serde_json::{Value, json};
@@ -127,7 +128,7 @@ impl Bls {
                 .collect();
             return json!({"responses": responses, "error": null});
         }
-        if service.is_decoupled(&model, request.model_version) {
+        if service.is_decoupled(&model, &request.routing.version) {
             return error(
                 format!(
                     "Model {model} is using the decoupled. The current BLS request call doesn't support models using the decoupled transaction policy. Please use 'decoupled=True' argument to the 'exec' or 'async_exec' calls for decoupled models.'"
@@ -201,13 +202,38 @@ impl Bls {
             .collect();
         Ok(InferRequest {
             model_name: r["model_name"].as_str().unwrap_or_default().to_owned(),
-            model_version: r["model_version"].as_i64().filter(|&v| v > 0),
             id: r["request_id"].as_str().unwrap_or_default().to_owned(),
+            routing: call_routing(r),
             inputs,
             outputs,
             parameters: call_parameters(&r["parameters"]),
             trace: None,
         })
+    }
+}
+
+/// A BLS request's routing facts: its version (a number, or a label for
+/// a model that has labels), correlation ID, flags and timeout.
+fn call_routing(r: &Value) -> Routing {
+    let version = match &r["model_version"] {
+        Value::String(v) => ModelVersion::parse(v).unwrap_or_default(),
+        v => ModelVersion::from(v.as_i64().filter(|&v| v > 0)),
+    };
+    let id = match &r["correlation_id"] {
+        Value::String(id) => CorrelationId::Str(id.clone()),
+        id => CorrelationId::Int(id.as_u64().unwrap_or(0)),
+    };
+    let flags = r["flags"].as_u64().unwrap_or(0);
+    let timeout = r["timeout"].as_u64().filter(|&t| t > 0);
+    Routing {
+        version,
+        sequence: Sequence {
+            id,
+            start: flags & 1 != 0,
+            end: flags & 2 != 0,
+        },
+        timeout: timeout.map(std::time::Duration::from_micros),
+        ..Routing::default()
     }
 }
 

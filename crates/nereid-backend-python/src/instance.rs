@@ -164,7 +164,7 @@ impl PythonInstance {
                 &region,
             ));
         }
-        let (correlation_id, flags) = sequence_of(&request.parameters);
+        let (correlation_id, flags) = sequence_of(&request.routing.sequence);
         Ok(json!({
             "id": id.to_string(),
             "request_id": request.id,
@@ -468,19 +468,12 @@ impl From<WorkerError> for BackendError {
 }
 
 /// A request's correlation ID and Triton's request flags (1: sequence
-/// start, 2: sequence end), from its sequence parameters, as the Python
-/// backend's `correlation_id()` and `flags()` give them.
-fn sequence_of(parameters: &nereid_core::Parameters) -> (serde_json::Value, u32) {
-    use nereid_core::Parameter;
-    let id = match parameters.get("sequence_id") {
-        Some(Parameter::Uint64(v)) => json!(v),
-        Some(Parameter::Int64(v)) => json!(v),
-        Some(Parameter::String(v)) => json!(v),
-        _ => json!(0),
+/// start, 2: sequence end), as the Python backend's `correlation_id()`
+/// and `flags()` give them.
+fn sequence_of(sequence: &nereid_core::Sequence) -> (serde_json::Value, u32) {
+    let id = match &sequence.id {
+        nereid_core::CorrelationId::Int(v) => json!(v),
+        nereid_core::CorrelationId::Str(v) => json!(v),
     };
-    let flag = |key: &str, bit: u32| match parameters.get(key) {
-        Some(Parameter::Bool(true)) => bit,
-        _ => 0,
-    };
-    (id, flag("sequence_start", 1) | flag("sequence_end", 2))
+    (id, sequence.flags())
 }

@@ -437,7 +437,7 @@ impl nereid_core::InferService for FakeServer {
         Err(nereid_core::Error::unsupported("no BLS here"))
     }
 
-    fn is_decoupled(&self, _: &str, _: Option<i64>) -> bool {
+    fn is_decoupled(&self, _: &str, _: &nereid_core::ModelVersion) -> bool {
         false
     }
 

@@ -11,9 +11,9 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
-use nereid_core::InferResponse;
 use nereid_core::model_config::ModelConfig;
 use nereid_core::model_config::model_config::SchedulingChoice;
+use nereid_core::{InferResponse, ModelVersion};
 use nereid_engine::Engine;
 
 use crate::BatchError;
@@ -28,8 +28,9 @@ use crate::write::{self, CommitPolicy, Recovered, Sink};
 #[derive(Debug, Clone)]
 pub struct Job {
     pub model: String,
-    /// `None`: the version the model's policy serves (the highest).
-    pub version: Option<i64>,
+    /// A number, a label, or `Latest`: the version the model's policy
+    /// serves (the highest).
+    pub version: ModelVersion,
     pub input: InputFiles,
     /// `None`: told from the input's name.
     pub input_format: Option<Format>,
@@ -126,7 +127,7 @@ pub async fn run(engine: &Engine, job: &Job, stop: Arc<AtomicBool>) -> Result<Su
             .unwrap_or(input_format),
     };
     let config = model_config(engine, job)?;
-    let model = ModelSpec::from_config(&config, job.version)?;
+    let model = ModelSpec::from_config(&config, job.version.clone())?;
     write::check_outputs(output_format, &model)?;
     if job.overwrite {
         write::remove(&job.output)?;
@@ -288,7 +289,8 @@ async fn infer(engine: &Engine, record: Record) -> Result<InferResponse, String>
 /// The config of the job's model, which must answer each request once.
 fn model_config(engine: &Engine, job: &Job) -> Result<Arc<ModelConfig>, BatchError> {
     let loaded = engine
-        .model(&job.model, job.version)
+        .version_number(&job.model, &job.version)
+        .and_then(|version| engine.model(&job.model, version))
         .map_err(|e| BatchError::Model(e.message().to_string()))?;
     if loaded.is_decoupled() {
         return Err(BatchError::Model(format!(

@@ -119,7 +119,11 @@ async fn a_request_that_fails_has_its_rows_retried_alone() {
     // Without a dynamic batcher each request runs alone: the retries of
     // one request cannot meet another's rows.
     let (engine, mut seen) = engine(root.path(), "");
-    let model = ModelSpec::from_config(&engine.model("m", None).unwrap().config, None).unwrap();
+    let model = ModelSpec::from_config(
+        &engine.model("m", None).unwrap().config,
+        ModelVersion::Latest,
+    )
+    .unwrap();
     let rows = [
         [0, 0],
         [1, 1],
@@ -187,7 +191,7 @@ async fn a_resumed_npy_job_sends_requests_of_several_rows_and_writes_one_line_ea
     std::fs::write(&output, "{\"outputs\":[]}\n".repeat(3)).unwrap();
     let job = Job {
         model: "m".into(),
-        version: None,
+        version: ModelVersion::Latest,
         input: InputFiles::Path(input),
         input_format: None,
         output: output.clone(),

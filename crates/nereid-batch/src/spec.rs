@@ -2,8 +2,8 @@
 //! the outputs a result holds, with the shape of one row of each (the
 //! config's dims, without the batch dimension).
 
-use nereid_core::DataType;
 use nereid_core::model_config::ModelConfig;
+use nereid_core::{DataType, ModelVersion};
 
 use crate::BatchError;
 
@@ -76,7 +76,7 @@ pub fn dims_text(dims: &[i64]) -> String {
 #[derive(Debug, Clone)]
 pub struct ModelSpec {
     pub name: String,
-    pub version: Option<i64>,
+    pub version: ModelVersion,
     /// `max_batch_size > 0`: a request's tensors get a batch dimension, the
     /// records it holds.
     pub batching: bool,
@@ -88,7 +88,7 @@ pub struct ModelSpec {
 impl ModelSpec {
     pub fn from_config(
         config: &ModelConfig,
-        version: Option<i64>,
+        version: ModelVersion,
     ) -> Result<ModelSpec, BatchError> {
         let datatype = |name: &str, dt| {
             DataType::from_config(dt).ok_or_else(|| {

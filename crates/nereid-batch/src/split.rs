@@ -127,7 +127,10 @@ mod tests {
         let whole = ints("X", &[3, 2], &[1, 2, 3, 4, 5, 6]);
         let request = InferRequest {
             model_name: "m".into(),
-            model_version: Some(2),
+            routing: nereid_core::Routing {
+                version: nereid_core::ModelVersion::Number(2),
+                ..Default::default()
+            },
             inputs: vec![InputTensor {
                 name: whole.name,
                 datatype: whole.datatype,
@@ -139,7 +142,10 @@ mod tests {
         };
         let rows = super::request(request, 3).unwrap();
         assert_eq!(rows.len(), 3);
-        assert_eq!(rows[2].model_version, Some(2));
+        assert_eq!(
+            rows[2].routing.version,
+            nereid_core::ModelVersion::Number(2)
+        );
         assert_eq!(rows[2].inputs[0].shape, [1, 2]);
         assert_eq!(values(&rows[2].inputs[0].data), [5, 6]);
     }

@@ -1,7 +1,7 @@
 //! Builders the crate's tests share: model `m`, which batches up to 8, its
 //! tensors, and an answer of it.
 
-use nereid_core::{DataType, InferResponse, Parameters, Tensor};
+use nereid_core::{DataType, InferResponse, ModelVersion, Parameters, Tensor};
 
 use crate::spec::{ModelSpec, TensorSpec};
 
@@ -19,7 +19,7 @@ pub(crate) fn spec(name: &str, datatype: DataType, dims: &[i64]) -> TensorSpec {
 pub(crate) fn model(inputs: Vec<TensorSpec>, outputs: Vec<TensorSpec>) -> ModelSpec {
     ModelSpec {
         name: "m".into(),
-        version: None,
+        version: ModelVersion::Latest,
         batching: true,
         max_batch_size: 8,
         inputs,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::custom_metrics::CustomMetrics;
 use crate::model_config::ModelConfig;
-use crate::{DataType, Error, InferRequest, InferResponse, Shape, Tensor};
+use crate::{DataType, Error, InferRequest, InferResponse, ModelVersion, Shape, Tensor};
 
 /// The server as a backend sees it: how one model calls another (Triton's
 /// "business logic scripting", BLS, in Python models).
@@ -28,7 +28,7 @@ pub trait InferService: Send + Sync {
 
     /// Whether the ready model `name` (at `version`) is decoupled; false
     /// when there is none.
-    fn is_decoupled(&self, name: &str, version: Option<i64>) -> bool;
+    fn is_decoupled(&self, name: &str, version: &ModelVersion) -> bool;
 
     /// The model repository API's load, as a model calls it (Triton's
     /// `pb_utils.load_model`): loads `name` again from its folder, or

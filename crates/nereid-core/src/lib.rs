@@ -17,6 +17,7 @@ pub mod datatype;
 pub mod error;
 pub mod model_config;
 pub mod request;
+pub mod routing;
 pub mod shared_memory;
 pub mod tensor;
 #[cfg(feature = "testing")]
@@ -32,6 +33,7 @@ pub use error::{Error, ErrorKind};
 pub use request::{
     InferRequest, InferResponse, InputTensor, Parameter, Parameters, RequestedOutput,
 };
+pub use routing::{CorrelationId, ModelVersion, Routing, Sequence};
 pub use shared_memory::SharedMemoryRef;
 pub use tensor::{Shape, Tensor};
 pub use trace::{Activity, TensorActivity, Trace};

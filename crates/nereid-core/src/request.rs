@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use crate::{DataType, Shape, Tensor, Trace};
+use crate::{DataType, Routing, Shape, Tensor, Trace};
 
 /// A request, input or output parameter value (KServe v2 `parameters`).
 #[derive(Debug, Clone, PartialEq)]
@@ -60,9 +60,10 @@ pub struct RequestedOutput {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InferRequest {
     pub model_name: String,
-    /// `None` lets the version policy pick (the highest ready version).
-    pub model_version: Option<i64>,
     pub id: String,
+    /// Which version, the sequence, sticky key, priority and timeout:
+    /// typed here, never read out of `parameters`.
+    pub routing: Routing,
     pub inputs: Vec<InputTensor>,
     /// Empty means "every output of the model".
     pub outputs: Vec<RequestedOutput>,

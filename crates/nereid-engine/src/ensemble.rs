@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 
 use futures::StreamExt;
 use nereid_core::model_config::ModelConfig;
-use nereid_core::{Error, InferRequest};
+use nereid_core::{Error, InferRequest, ModelVersion};
 use nereid_ensemble::{Composer, Composing, StepFuture, StepStream};
 
 use crate::registry::Registry;
@@ -65,18 +65,18 @@ impl Composer for EngineComposer {
         crate::until_last(responses, ()).boxed()
     }
 
-    fn is_decoupled(&self, model: &str, version: Option<i64>) -> bool {
+    fn is_decoupled(&self, model: &str, version: &ModelVersion) -> bool {
         self.inner.upgrade().is_some_and(|inner| {
+            let version = match version {
+                ModelVersion::Label(label) => inner.traffic.label_version(model, label),
+                version => version.number(),
+            };
             inner
                 .registry
                 .read()
                 .resolve(model, version)
                 .is_ok_and(|m| m.is_decoupled())
         })
-    }
-
-    fn label_version(&self, model: &str, label: &str) -> Option<i64> {
-        self.inner.upgrade()?.traffic.label_version(model, label)
     }
 }
 

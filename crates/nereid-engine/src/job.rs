@@ -5,7 +5,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nereid_core::{Error, InferResponse, Parameter};
+use nereid_core::{Error, InferResponse};
 use nereid_scheduler::{CorrelationId, OrderTicket, Pending, Placement, SequenceStep};
 use tokio::sync::{mpsc, oneshot};
 
@@ -80,8 +80,8 @@ impl Job {
         stats: Arc<ModelStats>,
         order: Option<OrderTicket>,
     ) -> Result<Job, Error> {
-        let priority = unsigned_parameter(&request, "priority")?.unwrap_or(0);
-        let timeout = unsigned_parameter(&request, "timeout")?.map(Duration::from_micros);
+        let routing = &request.request.routing;
+        let (priority, timeout) = (routing.priority, routing.timeout);
         Ok(Job {
             request,
             enqueued: Instant::now(),
@@ -106,15 +106,11 @@ impl Job {
     ) -> Job {
         let (reply, _) = oneshot::channel();
         let reply = Reply::Once(reply);
-        let parameters = &mut request.request.parameters;
-        parameters.insert(
-            "sequence_id".into(),
-            match &id {
-                CorrelationId::Int(v) => Parameter::Uint64(*v),
-                CorrelationId::Str(s) => Parameter::String(s.clone()),
-            },
-        );
-        parameters.insert("sequence_end".into(), Parameter::Bool(true));
+        request.request.routing.sequence = nereid_core::Sequence {
+            id: id.clone(),
+            start: false,
+            end: true,
+        };
         Job {
             request,
             enqueued: Instant::now(),
@@ -161,17 +157,6 @@ impl Job {
             Reply::Stream(stream) => Some(stream),
             Reply::Once(_) => None,
         }
-    }
-}
-
-fn unsigned_parameter(request: &ValidatedRequest, key: &str) -> Result<Option<u64>, Error> {
-    match request.request.parameters.get(key) {
-        None => Ok(None),
-        Some(Parameter::Int64(v)) if *v >= 0 => Ok(Some(*v as u64)),
-        Some(Parameter::Uint64(v)) => Ok(Some(*v)),
-        Some(other) => Err(Error::invalid_argument(format!(
-            "parameter '{key}' must be a non-negative integer, got {other:?}"
-        ))),
     }
 }
 

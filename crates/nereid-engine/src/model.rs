@@ -489,8 +489,8 @@ fn farewell(
         let request = crate::ValidatedRequest {
             request: InferRequest {
                 model_name: model.clone(),
-                model_version: None,
                 id: String::new(),
+                routing: nereid_core::Routing::default(),
                 inputs: inputs.clone(),
                 outputs: Vec::new(),
                 parameters: nereid_core::Parameters::new(),

@@ -5,13 +5,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use nereid_core::Error;
+use nereid_core::{Error, ModelVersion};
 use nereid_repository::traffic::{
     FileStamp, TrafficError, TrafficSpec, read_traffic_file, traffic_file_stamp,
 };
 
 use crate::Engine;
-use crate::traffic::{RouteObserver, TrafficMetrics, TrafficState};
+use crate::traffic::{RouteObserver, TrafficMetrics, TrafficState, unknown_label};
 
 /// A model's traffic settings as they are in force.
 #[derive(Debug, Clone)]
@@ -30,16 +30,23 @@ impl Engine {
         self.inner.traffic.set_observer(observer);
     }
 
-    /// The version `label` of `model` names now.
-    pub fn label_version(&self, model: &str, label: &str) -> Result<i64, Error> {
-        self.inner
-            .traffic
-            .label_version(model, label)
-            .ok_or_else(|| {
-                Error::not_found(format!(
-                    "Request for unknown model: '{model}' has no version label '{label}'"
-                ))
-            })
+    /// The version number `version` names for `model` now (`None`: the
+    /// latest); a label the model lacks answers as a request naming it is
+    /// answered.
+    pub fn version_number(
+        &self,
+        model: &str,
+        version: &ModelVersion,
+    ) -> Result<Option<i64>, Error> {
+        match version {
+            ModelVersion::Label(label) => self
+                .inner
+                .traffic
+                .label_version(model, label)
+                .map(Some)
+                .ok_or_else(|| unknown_label(model, label, self.has_labels(model))),
+            version => Ok(version.number()),
+        }
     }
 
     /// Whether `model` has version labels.

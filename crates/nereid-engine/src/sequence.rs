@@ -10,7 +10,7 @@ use bytes::Bytes;
 use nereid_core::model_config::model_sequence_batching::control::Kind;
 use nereid_core::model_config::model_sequence_batching::initial_state::StateData;
 use nereid_core::model_config::{DataType as ConfigDataType, ModelConfig};
-use nereid_core::{DataType, Error, InferRequest, InputTensor, Parameter, Parameters, Tensor};
+use nereid_core::{DataType, Error, InferRequest, InputTensor, Parameters, Tensor};
 use nereid_scheduler::{CorrelationId, Placement};
 
 use crate::validate::ValidatedRequest;
@@ -132,22 +132,9 @@ impl SequenceSetup {
                 "inference request to model '{model}' must specify batch-size 1 due to requirements of sequence batcher"
             )));
         }
-        let parameters = &request.request.parameters;
-        let id = match parameters.get("sequence_id") {
-            Some(Parameter::Uint64(id)) => CorrelationId::Int(*id),
-            // gRPC's int64_param, taken as Triton takes it (as unsigned).
-            Some(Parameter::Int64(id)) => CorrelationId::Int(*id as u64),
-            Some(Parameter::String(id)) => CorrelationId::Str(id.clone()),
-            None => CorrelationId::Int(0),
-            Some(_) => {
-                return Err(Error::invalid_argument(
-                    "invalid value type for 'sequence_id' parameter, expected int64_param or string_param.",
-                ));
-            }
-        };
-        if matches!(&id, CorrelationId::Int(0))
-            || matches!(&id, CorrelationId::Str(s) if s.is_empty())
-        {
+        let sequence = &request.request.routing.sequence;
+        let id = sequence.id.clone();
+        if id.is_none() {
             return Err(Error::invalid_argument(format!(
                 "inference request to model '{model}' must specify a non-zero or non-empty correlation ID"
             )));
@@ -168,8 +155,8 @@ impl SequenceSetup {
         }
         Ok(SequenceRequest {
             id,
-            start: flag(parameters, "sequence_start")?,
-            end: flag(parameters, "sequence_end")?,
+            start: sequence.start,
+            end: sequence.end,
             placement: None,
         })
     }
@@ -227,8 +214,11 @@ impl SequenceSetup {
     pub fn idle_row(&self, like: &ValidatedRequest) -> ValidatedRequest {
         let mut request = InferRequest {
             model_name: like.request.model_name.clone(),
-            model_version: like.request.model_version,
             id: String::new(),
+            routing: nereid_core::Routing {
+                version: like.request.routing.version.clone(),
+                ..Default::default()
+            },
             inputs: Vec::new(),
             outputs: Vec::new(),
             parameters: Parameters::new(),
@@ -408,16 +398,6 @@ fn corrid_bytes(id: &CorrelationId, datatype: DataType) -> Bytes {
 }
 
 /// A START, END or sequence ID flag parameter.
-fn flag(parameters: &Parameters, key: &str) -> Result<bool, Error> {
-    match parameters.get(key) {
-        None => Ok(false),
-        Some(Parameter::Bool(b)) => Ok(*b),
-        Some(_) => Err(Error::invalid_argument(format!(
-            "invalid value type for '{key}' parameter, expected bool_param."
-        ))),
-    }
-}
-
 /// A state's initial value: zeros, or the named file of `initial_state/`
 /// (raw little-endian elements), for one sequence.
 fn initial_state(

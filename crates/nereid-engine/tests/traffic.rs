@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{CONFIG, Controls, eventually, first_output, request, write_model, write_version};
-use nereid_core::{InferRequest, Parameter};
+use nereid_core::{InferRequest, ModelVersion, Parameter};
 use nereid_engine::traffic::{RouteObserver, RouteRecord, RoutedBy, ShadowOutcome, ShadowRecord};
 use nereid_engine::{ControlMode, Engine, LoadRequest};
 use parking_lot::Mutex;
@@ -47,9 +47,16 @@ async fn served(engine: &Engine, request: InferRequest) -> i64 {
 
 fn keyed(model: &str, key: &str) -> InferRequest {
     let mut r = request(model, &[1, 2]);
-    r.parameters
-        .insert("routing_key".into(), Parameter::String(key.into()));
+    r.routing.routing_key = Some(key.into());
     r
+}
+
+/// The version `label` of model `m` names now.
+fn label(engine: &Engine, label: &str) -> Option<i64> {
+    engine
+        .version_number("m", &ModelVersion::Label(label.into()))
+        .ok()
+        .flatten()
 }
 
 #[derive(Default)]
@@ -80,14 +87,21 @@ async fn labels_name_versions_and_keep_them_loaded() {
     );
     let (engine, _controls) = engine(root.path(), ControlMode::None);
     assert!(engine.load_all().unwrap().is_empty());
-    assert_eq!(engine.label_version("m", "stable").unwrap(), 1);
-    assert!(engine.label_version("m", "beta").is_err());
+    assert_eq!(label(&engine, "stable").unwrap(), 1);
+    assert!(label(&engine, "beta").is_none());
     for v in [1, 2, 3] {
         assert!(engine.model_ready("m", Some(v)), "version {v}");
     }
     let mut r = request("m", &[1, 2]);
-    r.model_version = Some(engine.label_version("m", "canary").unwrap());
+    r.routing.version = ModelVersion::Label("canary".into());
     assert_eq!(served(&engine, r).await, 2);
+    let mut r = request("m", &[1, 2]);
+    r.routing.version = ModelVersion::Label("beta".into());
+    let refused = engine.infer(r).await.unwrap_err();
+    assert_eq!(
+        refused.message(),
+        "Request for unknown model: 'm' has no version label 'beta'"
+    );
     // No split: the policy's version.
     assert_eq!(served(&engine, request("m", &[1, 2])).await, 3);
     let metadata = engine.model_metadata("m", None).unwrap();
@@ -151,7 +165,7 @@ async fn a_split_follows_its_weights_and_keys_stick() {
     }
     // A request that names its version is not split.
     let mut r = request("m", &[1, 2]);
-    r.model_version = Some(2);
+    r.routing.version = ModelVersion::Number(2);
     assert_eq!(served(&engine, r).await, 2);
     let routes = records.routes.lock();
     assert_eq!(routes.len(), n + 50 * 6 + 1);
@@ -204,7 +218,7 @@ async fn labels_move_and_roll_back_without_a_reload() {
         .unwrap_err();
     assert!(err.message().contains("not loaded"), "{err}");
     assert!(engine.rollback_label("m", "canary").await.is_err());
-    assert_eq!(engine.label_version("m", "stable").unwrap(), 1);
+    assert_eq!(label(&engine, "stable").unwrap(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -222,7 +236,7 @@ async fn explicit_loads_carry_traffic_settings() {
         .load_model("m", load(r#"{"labels": {"stable": 2}}"#))
         .await
         .unwrap();
-    assert_eq!(engine.label_version("m", "stable").unwrap(), 2);
+    assert_eq!(label(&engine, "stable").unwrap(), 2);
     assert_eq!(
         controls.live.load(std::sync::atomic::Ordering::SeqCst),
         live,
@@ -253,8 +267,8 @@ async fn a_changed_traffic_file_applies_without_a_reload_in_poll_mode() {
         r#"{"labels": {"stable": 2, "old": 1}}"#,
     )
     .unwrap();
-    assert!(eventually(WAIT, || engine.label_version("m", "stable").ok() == Some(2)).await);
-    assert_eq!(engine.label_version("m", "old").unwrap(), 1);
+    assert!(eventually(WAIT, || label(&engine, "stable") == Some(2)).await);
+    assert_eq!(label(&engine, "old").unwrap(), 1);
     assert_eq!(
         controls.live.load(std::sync::atomic::Ordering::SeqCst),
         live
@@ -266,7 +280,7 @@ async fn a_changed_traffic_file_applies_without_a_reload_in_poll_mode() {
     )
     .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(engine.label_version("m", "stable").unwrap(), 2);
+    assert_eq!(label(&engine, "stable").unwrap(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,7 +19,7 @@ use futures::future::BoxFuture;
 use futures::stream::{BoxStream, FuturesUnordered, StreamExt};
 use nereid_core::model_config::ModelConfig;
 use nereid_core::{Error, ErrorKind, InferRequest, InferResponse, InputTensor, RequestedOutput};
-use nereid_core::{Parameters, Tensor, Trace};
+use nereid_core::{ModelVersion, Parameters, Routing, Tensor, Trace};
 
 /// The answer of one composing model.
 pub type StepFuture = Pin<Box<dyn Future<Output = Result<InferResponse, Error>> + Send>>;
@@ -37,14 +37,7 @@ pub trait Composer: Send + Sync {
     fn infer_stream(&self, request: InferRequest) -> StepStream;
 
     /// Whether the model a step names is decoupled.
-    fn is_decoupled(&self, model: &str, version: Option<i64>) -> bool;
-
-    /// The version `label` of `model` names now; `None` for a label it
-    /// does not have (or a composer without labels).
-    fn label_version(&self, model: &str, label: &str) -> Option<i64> {
-        let _ = (model, label);
-        None
-    }
+    fn is_decoupled(&self, model: &str, version: &ModelVersion) -> bool;
 }
 
 /// The prefix of an ensemble parameter that names a step's version by a
@@ -60,10 +53,10 @@ pub type Emit<'a> = dyn FnMut(Result<InferResponse, Error>, bool) + Send + 'a;
 #[derive(Debug, Clone)]
 struct PlannedStep {
     model: String,
-    version: Option<i64>,
-    /// A version label to resolve when the step runs (from the ensemble's
-    /// `version_label:<model>` parameter).
-    label: Option<String>,
+    /// The step's version, or a label (from the ensemble's
+    /// `version_label:<model>` parameter) that the engine resolves each
+    /// time the step runs.
+    version: ModelVersion,
     /// (model input name, ensemble tensor)
     inputs: Vec<(String, usize)>,
     /// (model output name, ensemble tensor)
@@ -108,10 +101,13 @@ impl Pipeline {
                 .get(&format!("{STEP_LABEL_PREFIX}{}", step.model_name))
                 .map(|p| p.string_value.clone())
                 .filter(|l| !l.is_empty());
+            let version = match label {
+                Some(label) => ModelVersion::Label(label),
+                None => ModelVersion::from((step.model_version >= 0).then_some(step.model_version)),
+            };
             steps.push(PlannedStep {
                 model: step.model_name.clone(),
-                version: (step.model_version >= 0).then_some(step.model_version),
-                label,
+                version,
                 inputs: map(crate::validate::sorted(&step.input_map), &mut id),
                 outputs: map(crate::validate::sorted(&step.output_map), &mut id),
             });
@@ -132,7 +128,9 @@ impl Pipeline {
 
     /// The models the steps run, for readiness.
     pub fn models(&self) -> impl Iterator<Item = (&str, Option<i64>)> {
-        self.steps.iter().map(|s| (s.model.as_str(), s.version))
+        self.steps
+            .iter()
+            .map(|s| (s.model.as_str(), s.version.number()))
     }
 
     /// Runs `request` (already validated against the ensemble's config)
@@ -151,9 +149,7 @@ impl Pipeline {
                     continue;
                 }
                 started[i] = true;
-                let step_request = self
-                    .step_request(step, &request, &values, composer)
-                    .map_err(|e| self.step_failed(step, &e))?;
+                let step_request = self.step_request(step, &request, &values);
                 let answer = composer.infer(step_request);
                 running.push(async move { (i, answer.await) });
             }
@@ -225,10 +221,8 @@ impl Pipeline {
                         continue;
                     }
                     started[i] = true;
-                    let step_request = self
-                        .step_request(step, request, &values, composer)
-                        .map_err(|e| self.step_failed(step, &e))?;
-                    if composer.is_decoupled(&step.model, step.version) {
+                    let step_request = self.step_request(step, request, &values);
+                    if composer.is_decoupled(&step.model, &step.version) {
                         streaming.push((i, composer.infer_stream(step_request)));
                     } else {
                         let answer = composer.infer(step_request);
@@ -289,17 +283,7 @@ impl Pipeline {
         step: &PlannedStep,
         request: &InferRequest,
         values: &[Option<Tensor>],
-        composer: &dyn Composer,
-    ) -> Result<InferRequest, Error> {
-        let version = match &step.label {
-            Some(label) => Some(composer.label_version(&step.model, label).ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "model '{}' has no version label '{label}'",
-                    step.model
-                ))
-            })?),
-            None => step.version,
-        };
+    ) -> InferRequest {
         let inputs = step
             .inputs
             .iter()
@@ -322,16 +306,21 @@ impl Pipeline {
                 parameters: Parameters::new(),
             })
             .collect();
-        Ok(InferRequest {
+        InferRequest {
             model_name: step.model.clone(),
-            model_version: version,
             id: request.id.clone(),
+            // The sequence, priority, timeout and sticky key carry over, as
+            // Triton's ensemble scheduler carries them to each step.
+            routing: Routing {
+                version: step.version.clone(),
+                ..request.routing.clone()
+            },
             inputs,
             outputs,
             parameters: request.parameters.clone(),
             // Each step is traced as a child of the ensemble's request.
             trace: request.trace.as_ref().map(Trace::child),
-        })
+        }
     }
 
     fn store(

@@ -20,7 +20,7 @@ impl Composer for Fake {
     /// A model named `stream*` is decoupled: it answers three times, with
     /// `OUT` = its input and the response's number (the second answer an
     /// error when the model is `stream_failing`).
-    fn is_decoupled(&self, model: &str, _version: Option<i64>) -> bool {
+    fn is_decoupled(&self, model: &str, _version: &nereid_core::ModelVersion) -> bool {
         model.starts_with("stream")
     }
 

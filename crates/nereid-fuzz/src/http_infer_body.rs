@@ -23,7 +23,7 @@ pub fn check(data: &[u8]) {
         Ok(json_len) => json_len,
         Err(e) => return assert_clear(&e),
     };
-    match decode_infer_request("m", Some(1), body, json_len) {
+    match decode_infer_request("m", nereid_core::ModelVersion::Number(1), body, json_len) {
         Ok(decoded) => check_decoded(&decoded.request),
         Err(e) => assert_clear(&e),
     }

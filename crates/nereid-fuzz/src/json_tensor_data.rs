@@ -28,7 +28,7 @@ pub fn check(data: &[u8]) {
     }]});
     let body = Bytes::from(body.to_string());
     let json_len = body.len();
-    let input = match decode_infer_request("m", None, body, json_len) {
+    let input = match decode_infer_request("m", nereid_core::ModelVersion::Latest, body, json_len) {
         Ok(decoded) => decoded
             .request
             .inputs

@@ -86,7 +86,12 @@ static MODELS: LazyLock<[ModelConfig; 4]> = LazyLock::new(|| {
 /// take it), checking what is decoded with `check`.
 pub(crate) fn raw_against_models(body: Bytes, check: impl Fn(&InferRequest)) {
     for config in MODELS.iter() {
-        match decode_raw_infer_request(&config.name, None, body.clone(), config) {
+        match decode_raw_infer_request(
+            &config.name,
+            nereid_core::ModelVersion::Latest,
+            body.clone(),
+            config,
+        ) {
             Ok(decoded) => check(&decoded.request),
             Err(e) => assert_clear(&e),
         }

@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
 
+use nereid_core::ModelVersion;
+use nereid_core::routing::is_label;
 use serde::Deserialize;
 
 /// librdkafka properties Nereid sets itself because the delivery guarantee
@@ -99,13 +101,21 @@ struct FileConfig {
     routes: Vec<FileRoute>,
 }
 
+/// A route's `model_version`: a number or a version label.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum VersionField {
+    Number(i64),
+    Label(String),
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileRoute {
     input_topic: String,
     model: String,
     #[serde(default)]
-    model_version: Option<i64>,
+    model_version: Option<VersionField>,
     output_topic: String,
     #[serde(default)]
     dead_letter_topic: Option<String>,
@@ -158,7 +168,8 @@ pub struct KafkaConfig {
 pub struct Route {
     pub input_topic: String,
     pub model: String,
-    pub model_version: Option<i64>,
+    /// A number, a label (resolved as each record runs), or the latest.
+    pub model_version: ModelVersion,
     pub output_topic: String,
     pub dead_letter_topic: String,
     pub format: Format,
@@ -231,6 +242,16 @@ fn route(file: FileRoute, default_dead_letter: Option<&str>) -> Result<Route, Co
             "input_topic, model and output_topic must not be empty",
         ));
     }
+    let model_version = match &file.model_version {
+        None => ModelVersion::Latest,
+        Some(VersionField::Number(n)) if *n > 0 => ModelVersion::Number(*n),
+        Some(VersionField::Label(label)) if is_label(label) => ModelVersion::Label(label.clone()),
+        Some(_) => {
+            return Err(refuse(
+                "model_version must be a version number (1 or more) or a version label",
+            ));
+        }
+    };
     if file.input_topic == file.output_topic {
         return Err(refuse("output_topic is the input topic"));
     }
@@ -244,7 +265,7 @@ fn route(file: FileRoute, default_dead_letter: Option<&str>) -> Result<Route, Co
     Ok(Route {
         input_topic: file.input_topic,
         model: file.model,
-        model_version: file.model_version,
+        model_version,
         output_topic: file.output_topic,
         dead_letter_topic,
         format: file.format,
@@ -324,7 +345,7 @@ mod tests {
         assert_eq!(route.format, Format::Kserve);
         assert_eq!(route.ordering, Ordering::Partition);
         assert_eq!(route.output_partition, OutputPartition::Key);
-        assert_eq!(route.model_version, None);
+        assert_eq!(route.model_version, ModelVersion::Latest);
     }
 
     #[test]
@@ -348,7 +369,7 @@ mod tests {
         assert_eq!(route.format, Format::JsonArray);
         assert_eq!(route.ordering, Ordering::Key);
         assert_eq!(route.output_partition, OutputPartition::Input);
-        assert_eq!(route.model_version, Some(2));
+        assert_eq!(route.model_version, ModelVersion::Number(2));
     }
 
     #[test]

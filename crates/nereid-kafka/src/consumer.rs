@@ -171,7 +171,7 @@ fn wait_for_models(shared: &Shared) -> bool {
             .config
             .routes
             .iter()
-            .filter(|r| !shared.engine.model_ready(&r.model, r.model_version))
+            .filter(|r| !crate::route_ready(&shared.engine, r))
             .map(|r| r.model.as_str())
             .collect();
         if waiting.is_empty() {

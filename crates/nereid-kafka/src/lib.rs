@@ -161,7 +161,14 @@ fn ready(shared: &Shared) -> bool {
             .config
             .routes
             .iter()
-            .all(|r| shared.engine.model_ready(&r.model, r.model_version))
+            .all(|r| route_ready(&shared.engine, r))
+}
+
+/// Whether the version `route` names is ready (a label as it stands now).
+pub(crate) fn route_ready(engine: &Engine, route: &Route) -> bool {
+    engine
+        .version_number(&route.model, &route.model_version)
+        .is_ok_and(|version| engine.model_ready(&route.model, version))
 }
 
 fn readiness(shared: Weak<Shared>) -> nereid_engine::ReadinessCheck {

@@ -81,15 +81,23 @@ pub fn decode(
         Format::Kserve => {
             let header = header_text(&record.headers, HEADER_CONTENT_LENGTH)?;
             match inference_header_length(body.len(), header.as_deref())? {
-                0 => decode_raw_infer_request(&route.model, route.model_version, body, config)?,
-                n => decode_infer_request(&route.model, route.model_version, body, n)?,
+                0 => decode_raw_infer_request(
+                    &route.model,
+                    route.model_version.clone(),
+                    body,
+                    config,
+                )?,
+                n => decode_infer_request(&route.model, route.model_version.clone(), body, n)?,
             }
         }
-        Format::Raw => decode_raw_infer_request(&route.model, route.model_version, body, config)?,
+        Format::Raw => {
+            decode_raw_infer_request(&route.model, route.model_version.clone(), body, config)?
+        }
         Format::JsonArray => {
             let kserve = json_array_body(&record.payload, config)?;
             let len = kserve.len();
-            let mut decoded = decode_infer_request(&route.model, route.model_version, kserve, len)?;
+            let mut decoded =
+                decode_infer_request(&route.model, route.model_version.clone(), kserve, len)?;
             decoded.encoding = OutputEncoding::default();
             decoded
         }

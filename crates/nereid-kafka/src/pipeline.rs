@@ -131,7 +131,10 @@ impl Shared {
         let config = self
             .retrying(|| {
                 let engine = self.engine.clone();
-                async move { engine.model_config(&route.model, route.model_version) }
+                async move {
+                    let version = engine.version_number(&route.model, &route.model_version)?;
+                    engine.model_config(&route.model, version)
+                }
             })
             .await
             .map_err(|e| (Stage::Infer, e))?;

@@ -8,6 +8,7 @@
 pub mod grpc;
 mod parameters;
 pub mod rest;
+pub mod routing;
 
 /// Generated gRPC types of package `inference` (Triton's `grpc_service.proto`).
 pub mod inference {

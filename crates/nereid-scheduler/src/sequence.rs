@@ -34,21 +34,7 @@ use parking_lot::Mutex;
 use crate::work_queue::WorkSender;
 use crate::{Dispatch, SlotPermit};
 
-/// A sequence's correlation ID, as the request gave it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum CorrelationId {
-    Int(u64),
-    Str(String),
-}
-
-impl std::fmt::Display for CorrelationId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CorrelationId::Int(id) => write!(f, "{id}"),
-            CorrelationId::Str(id) => f.write_str(id),
-        }
-    }
-}
+pub use nereid_core::CorrelationId;
 
 /// The implicit state of one sequence: the state outputs of its last step,
 /// `None` before its first (the initial state then applies).

@@ -12,7 +12,7 @@ use nereid_backend_python::PythonBackend;
 use nereid_core::custom_metrics::CustomMetrics;
 use nereid_core::{
     Backend, BackendError, Error, InferRequest, InferResponse, InferService, ModelInstance,
-    ModelIo, ModelSource,
+    ModelIo, ModelSource, ModelVersion,
 };
 use nereid_engine::{Answer, Engine, EngineOptions, ModelControl};
 
@@ -105,9 +105,10 @@ impl InferService for EngineService {
         self.runtime.block_on(self.engine.infer_nested(request))
     }
 
-    fn is_decoupled(&self, name: &str, version: Option<i64>) -> bool {
+    fn is_decoupled(&self, name: &str, version: &ModelVersion) -> bool {
         self.engine
-            .model(name, version)
+            .version_number(name, version)
+            .and_then(|version| self.engine.model(name, version))
             .is_ok_and(|m| m.is_decoupled())
     }
 
@@ -154,7 +155,7 @@ impl InferService for EngineService {
         self.runtime.block_on(async {
             let (model, version, id) = (
                 request.model_name.clone(),
-                request.model_version,
+                request.routing.version.clone(),
                 request.id.clone(),
             );
             let mut stream = match self.engine.infer_any_nested(request).await? {
@@ -167,7 +168,7 @@ impl InferService for EngineService {
                     Some(response) => responses.push(response),
                     None => responses.push(Ok(InferResponse {
                         model_name: model.clone(),
-                        model_version: version.unwrap_or(-1),
+                        model_version: version.number().unwrap_or(-1),
                         id: id.clone(),
                         outputs: Vec::new(),
                         parameters: Default::default(),

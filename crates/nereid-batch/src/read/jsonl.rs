@@ -8,6 +8,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
+use nereid_core::ModelVersion;
 use nereid_protocol::rest::decode_infer_request;
 
 use super::{Group, Record, Source, no_file};
@@ -22,7 +23,7 @@ pub struct JsonLines {
     reader: BufReader<File>,
     total: u64,
     model: String,
-    version: Option<i64>,
+    version: ModelVersion,
 }
 
 impl JsonLines {
@@ -43,7 +44,7 @@ impl JsonLines {
             reader,
             total,
             model: model.name.clone(),
-            version: model.version,
+            version: model.version.clone(),
         })
     }
 
@@ -56,7 +57,7 @@ impl JsonLines {
             return Err("empty line: expected a KServe v2 infer request body".into());
         }
         let len = line.len();
-        decode_infer_request(&self.model, self.version, Bytes::from(line), len)
+        decode_infer_request(&self.model, self.version.clone(), Bytes::from(line), len)
             .map(|decoded| decoded.request)
             .map_err(|e| e.message().to_string())
     }

@@ -109,8 +109,11 @@ pub fn open(
 pub(crate) fn request(model: &ModelSpec, inputs: Vec<InputTensor>) -> InferRequest {
     InferRequest {
         model_name: model.name.clone(),
-        model_version: model.version,
         id: String::new(),
+        routing: nereid_core::Routing {
+            version: model.version.clone(),
+            ..Default::default()
+        },
         inputs,
         outputs: Vec::new(),
         parameters: Default::default(),

@@ -23,11 +23,10 @@ use nereid_core::{DataType, InferRequest, InferResponse, Parameters};
 pub use self::redis::{ConnectError, RedisCache, RedisHealth, RedisOptions, RedisTls};
 pub use local::LocalCache;
 
-/// Request parameters that change how an answer travels, not what it is.
-const TRANSPORT_PARAMETERS: [&str; 5] = [
+/// Request parameters that change how an answer travels, not what it is
+/// (priority and timeout too, but those are routing facts, not parameters).
+const TRANSPORT_PARAMETERS: [&str; 3] = [
     "binary_data_output",
-    "priority",
-    "timeout",
     "triton_enable_empty_final_response",
     "headers",
 ];

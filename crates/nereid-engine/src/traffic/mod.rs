@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use nereid_core::{Error, InferRequest, InferResponse, InputTensor, Parameter, Tensor};
+use nereid_core::{
+    Error, InferRequest, InferResponse, InputTensor, ModelVersion, Parameter, Routing, Tensor,
+};
 use nereid_repository::traffic::{DEFAULT_STICKY_KEY, FileStamp, TrafficSpec};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::oneshot;
@@ -32,20 +34,6 @@ use split::Split;
 /// The response parameter that marks an answer a fallback model gave; its
 /// value names the model the request was for.
 pub const FALLBACK_PARAMETER: &str = "fallback_from";
-
-/// The HTTP header (and gRPC metadata key) whose value a frontend hands
-/// to the engine as the request's sticky key, when the request carries no
-/// `routing_key` parameter itself.
-pub const ROUTING_HEADER: &str = "nereid-routing-key";
-
-/// Gives `request` the sticky key `value` (from [`ROUTING_HEADER`]) unless
-/// it names one in its parameters.
-pub fn set_routing_key(request: &mut InferRequest, value: &str) {
-    request
-        .parameters
-        .entry(DEFAULT_STICKY_KEY.to_string())
-        .or_insert_with(|| Parameter::String(value.to_string()));
-}
 
 /// One request to a model with traffic settings, for the route log.
 #[derive(Debug, Clone)]
@@ -174,6 +162,21 @@ impl TrafficState {
             .iter()
             .find(|(_, v)| **v == version)
             .map(|(l, _)| l.as_str())
+    }
+
+    /// The sticky key of `request`: the parameter the settings name, or
+    /// the request's own routing key.
+    fn sticky_key(&self, request: &InferRequest) -> Option<String> {
+        let named = match self.spec.sticky_key.as_deref() {
+            Some(name) if name != DEFAULT_STICKY_KEY => request.parameters.get(name),
+            _ => None,
+        };
+        match named {
+            Some(Parameter::String(s)) => Some(s.clone()),
+            Some(Parameter::Int64(v)) => Some(v.to_string()),
+            Some(Parameter::Uint64(v)) => Some(v.to_string()),
+            _ => request.routing.routing_key.clone(),
+        }
     }
 
     /// Versions that must stay loaded: named by a label now or before.
@@ -388,29 +391,28 @@ impl Traffic {
         }
     }
 
-    /// Chooses the version `request` runs on: the one it names, else by
-    /// the split, else by the version policy; or the fallback model while
-    /// the model's queue is too long. Sets the request's version (and
-    /// model, for a fallback) to the choice.
+    /// Chooses the version `request` runs on: the one it names (by number
+    /// or label), else by the split, else by the version policy; or the
+    /// fallback model while the model's queue is too long. Sets the
+    /// request's version (and model, for a fallback) to the choice.
     pub fn route(&self, registry: &Registry, request: &mut InferRequest) -> Result<Route, Error> {
         let Some(traffic) = self.get(&request.model_name) else {
             return plain(registry, request);
         };
         let state = Arc::clone(&traffic.state.read());
         let model = request.model_name.clone();
-        let key = match request
-            .parameters
-            .get(state.spec.sticky_key())
-            .or_else(|| request.parameters.get(DEFAULT_STICKY_KEY))
-        {
-            Some(Parameter::String(s)) => Some(s.clone()),
-            Some(Parameter::Int64(v)) => Some(v.to_string()),
-            Some(Parameter::Uint64(v)) => Some(v.to_string()),
-            _ => None,
-        };
+        if let ModelVersion::Label(label) = &request.routing.version {
+            let version = state
+                .spec
+                .labels
+                .get(label)
+                .ok_or_else(|| unknown_label(&model, label, true))?;
+            request.routing.version = ModelVersion::Number(*version);
+        }
+        let key = state.sticky_key(request);
         let mut routed_by = RoutedBy::Request;
         let mut fallback = None;
-        if request.model_version.is_none() {
+        if request.routing.version == ModelVersion::Latest {
             routed_by = RoutedBy::Policy;
             if let Some(spec) = &state.spec.fallback
                 && let Ok(primary) = registry.resolve_own(&model, None)
@@ -419,11 +421,11 @@ impl Traffic {
             {
                 traffic.counters.fallback.fetch_add(1, Ordering::Relaxed);
                 request.model_name.clone_from(&spec.model);
-                request.model_version = Some(version.version);
+                request.routing.version = ModelVersion::Number(version.version);
                 fallback = Some(spec.model.clone());
                 routed_by = RoutedBy::Fallback;
             } else if let Some(split) = &state.split {
-                request.model_version = Some(split.choose(key.as_deref()));
+                request.routing.version = ModelVersion::Number(split.choose(key.as_deref()));
                 routed_by = if key.is_some() {
                     RoutedBy::Key
                 } else {
@@ -431,18 +433,18 @@ impl Traffic {
                 };
             }
         }
-        let version = match registry.resolve(&request.model_name, request.model_version) {
+        let version = match registry.resolve(&request.model_name, request.routing.version.number())
+        {
             Ok(version) => version,
             // A version the split chose that cannot serve now (being
             // replaced): the policy's version serves instead.
             Err(_) if matches!(routed_by, RoutedBy::Key | RoutedBy::Weight) => {
                 routed_by = RoutedBy::Policy;
-                request.model_version = None;
                 registry.resolve(&model, None)?
             }
             Err(e) => return Err(e),
         };
-        request.model_version = Some(version.version);
+        request.routing.version = ModelVersion::Number(version.version);
         let shadow = state.spec.shadow.as_ref().and_then(|spec| {
             let target = state.spec.version_of(&spec.version)?;
             let take = fallback.is_none()
@@ -506,10 +508,29 @@ impl Traffic {
 
 /// A request to a model without traffic settings.
 fn plain(registry: &Registry, request: &InferRequest) -> Result<Route, Error> {
+    let version = match &request.routing.version {
+        ModelVersion::Label(label) => return Err(unknown_label(&request.model_name, label, false)),
+        version => version.number(),
+    };
     Ok(Route {
-        version: registry.resolve(&request.model_name, request.model_version)?,
+        version: registry.resolve(&request.model_name, version)?,
         note: None,
     })
+}
+
+/// The answer to a request naming `label`, which `model` does not have:
+/// for a model with labels, that it has no such label; for one without,
+/// Triton's words for a version that is not a number.
+pub(crate) fn unknown_label(model: &str, label: &str, has_labels: bool) -> Error {
+    if has_labels {
+        Error::not_found(format!(
+            "Request for unknown model: '{model}' has no version label '{label}'"
+        ))
+    } else {
+        Error::invalid_argument(format!(
+            "failed to get model version from specified version string '{label}' (details: stol), version should be an integral value > 0"
+        ))
+    }
 }
 
 /// What happens around a routed request's run: the shadow copy taken
@@ -540,7 +561,10 @@ impl Route {
             let job = ShadowJob {
                 request: InferRequest {
                     trace: None,
-                    model_version: Some(ticket.version.version),
+                    routing: Routing {
+                        version: ModelVersion::Number(ticket.version.version),
+                        ..request.routing.clone()
+                    },
                     ..request.clone()
                 },
                 primary_version: self.version.version,

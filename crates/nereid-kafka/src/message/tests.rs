@@ -8,7 +8,7 @@ fn route(format: Format) -> Route {
     Route {
         input_topic: "in".into(),
         model: "m".into(),
-        model_version: None,
+        model_version: nereid_core::ModelVersion::Latest,
         output_topic: "out".into(),
         dead_letter_topic: "dlq".into(),
         format,

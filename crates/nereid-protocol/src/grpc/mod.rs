@@ -12,7 +12,7 @@ mod params;
 mod request;
 mod response;
 
-use nereid_core::Error;
+use nereid_core::{Error, ModelVersion};
 
 pub use params::{parameters_from_proto, parameters_to_proto};
 pub use request::decode_infer_request;
@@ -23,18 +23,37 @@ pub use response::{encode_infer_response, stream_error_response};
 /// non-negative integer. Version 0 parses (like Triton's `stol`) and is then
 /// simply not found.
 pub fn parse_model_version(version: &str) -> Result<Option<i64>, Error> {
+    match parse_version(version)? {
+        ModelVersion::Number(v) => Ok(Some(v)),
+        ModelVersion::Latest => Ok(None),
+        ModelVersion::Label(_) => Err(not_a_number(version)),
+    }
+}
+
+/// A `model_version` field as a request's version: empty, a number (as
+/// [`parse_model_version`] reads it) or a version label, resolved by the
+/// engine.
+pub fn parse_version(version: &str) -> Result<ModelVersion, Error> {
+    if nereid_core::routing::is_label(version) {
+        return Ok(ModelVersion::Label(version.to_string()));
+    }
     if version.is_empty() {
-        return Ok(None);
+        return Ok(ModelVersion::Latest);
     }
     match version.parse::<i64>() {
-        Ok(v) if v >= 0 => Ok(Some(v)),
+        Ok(v) if v >= 0 => Ok(ModelVersion::Number(v)),
         Ok(_) => Err(Error::invalid_argument(format!(
             "invalid model version specified '{version}' , version should be an integral value > 0"
         ))),
-        Err(_) => Err(Error::invalid_argument(format!(
-            "failed to get model version from specified version string '{version}' (details: stol), version should be an integral value > 0"
-        ))),
+        Err(_) => Err(not_a_number(version)),
     }
+}
+
+/// Triton's words for a version string that is no number.
+pub fn not_a_number(version: &str) -> Error {
+    Error::invalid_argument(format!(
+        "failed to get model version from specified version string '{version}' (details: stol), version should be an integral value > 0"
+    ))
 }
 
 #[cfg(test)]

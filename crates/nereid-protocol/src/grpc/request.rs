@@ -12,10 +12,11 @@ use nereid_core::{DataType, Error, InferRequest, InputTensor, RequestedOutput, S
 
 use super::contents::{Target, contents_to_raw};
 use super::params::{check_request_parameters, parameters_from_proto};
-use super::parse_model_version;
+use super::parse_version;
 use crate::inference::ModelInferRequest;
 use crate::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use crate::parameters::take_bool;
+use crate::routing::take_routing;
 
 /// Decodes a gRPC inference request. Shapes, datatypes and byte sizes are
 /// checked against the model by the engine; this checks what only the wire
@@ -30,7 +31,7 @@ pub fn decode_infer_request(request: ModelInferRequest) -> Result<InferRequest, 
         outputs,
         raw_input_contents,
     } = request;
-    let model_version = parse_model_version(&model_version)?;
+    let version = parse_version(&model_version)?;
     // Triton reads the request's parameters before its inputs.
     check_request_parameters(&parameters)?;
     let has_raw = !raw_input_contents.is_empty();
@@ -50,14 +51,15 @@ pub fn decode_infer_request(request: ModelInferRequest) -> Result<InferRequest, 
     // Every gRPC output is raw already; dropped so that backends see the same
     // parameters whichever protocol a request came by (as REST does).
     take_bool(&mut parameters, "binary_data_output", "the request")?;
+    let routing = take_routing(&mut parameters, version)?;
     let outputs = outputs
         .into_iter()
         .map(decode_output)
         .collect::<Result<Vec<_>, _>>()?;
     Ok(InferRequest {
         model_name,
-        model_version,
         id,
+        routing,
         inputs,
         outputs,
         parameters,

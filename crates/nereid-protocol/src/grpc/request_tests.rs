@@ -1,5 +1,5 @@
 use nereid_core::tensor::fixed_byte_size;
-use nereid_core::{ErrorKind, Parameter};
+use nereid_core::{ErrorKind, ModelVersion, Parameter};
 use proptest::prelude::*;
 use prost::Message;
 
@@ -112,10 +112,11 @@ fn request_fields_are_kept() {
     r.outputs.push(out);
     let decoded = decode_infer_request(r).unwrap();
     assert_eq!(decoded.model_name, "simple");
-    assert_eq!(decoded.model_version, Some(2));
+    assert_eq!(decoded.routing.version, ModelVersion::Number(2));
     assert_eq!(decoded.id, "req-9");
-    assert_eq!(decoded.parameters.len(), 1);
-    assert_eq!(decoded.parameters["priority"], Parameter::Int64(1));
+    // The priority is a routing fact, typed, not a parameter.
+    assert!(decoded.parameters.is_empty());
+    assert_eq!(decoded.routing.priority, 1);
     assert_eq!(decoded.outputs[0].name, "OUT");
     assert_eq!(decoded.outputs[0].parameters.len(), 1);
     assert!(decoded.outputs[0].parameters.contains_key("custom"));
@@ -124,7 +125,7 @@ fn request_fields_are_kept() {
 #[test]
 fn bad_version_strings_are_refused() {
     for (v, kind) in [
-        ("abc", ErrorKind::InvalidArgument),
+        ("1abc", ErrorKind::InvalidArgument),
         ("-1", ErrorKind::InvalidArgument),
     ] {
         let mut r = request(vec![], vec![]);
@@ -132,10 +133,18 @@ fn bad_version_strings_are_refused() {
         assert_eq!(error(r).kind(), kind, "{v}");
     }
     let mut r = request(vec![], vec![]);
-    r.model_version = "abc".into();
+    r.model_version = "1abc".into();
     assert_eq!(
         error(r).message(),
-        "failed to get model version from specified version string 'abc' (details: stol), version should be an integral value > 0"
+        "failed to get model version from specified version string '1abc' (details: stol), version should be an integral value > 0"
+    );
+    // A word is a version label, which the engine resolves (or refuses
+    // with the same words, for a model without labels).
+    let mut r = request(vec![], vec![]);
+    r.model_version = "abc".into();
+    assert_eq!(
+        decode_infer_request(r).unwrap().routing.version,
+        ModelVersion::Label("abc".into())
     );
 }
 

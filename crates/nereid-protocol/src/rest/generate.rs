@@ -10,7 +10,8 @@
 
 use bytes::Bytes;
 use nereid_core::{
-    DataType, Error, InferRequest, InferResponse, InputTensor, Parameter, Parameters, Tensor,
+    DataType, Error, InferRequest, InferResponse, InputTensor, ModelVersion, Parameter, Parameters,
+    Tensor,
 };
 use serde_json::{Map, Value};
 
@@ -33,14 +34,13 @@ pub struct GenerateInput {
 /// body is an empty object.
 pub fn decode_generate_request(
     model: &str,
-    version: Option<i64>,
+    version: ModelVersion,
     body: &[u8],
     inputs: &[GenerateInput],
 ) -> Result<InferRequest, Error> {
     let object = body_object(body)?;
     let mut request = InferRequest {
         model_name: model.to_owned(),
-        model_version: version,
         id: request_id(&object)?,
         ..Default::default()
     };
@@ -51,6 +51,7 @@ pub fn decode_generate_request(
             map_key(&mut request, inputs, key, value)?;
         }
     }
+    request.routing = crate::routing::take_routing(&mut request.parameters, version)?;
     Ok(request)
 }
 
@@ -268,11 +269,16 @@ mod tests {
     #[test]
     fn inputs_become_tensors_and_other_keys_parameters() {
         let body = json!({"text_input": "hi", "stream": false, "max_tokens": 5, "temperature": 0.5, "tag": "x"});
-        let request =
-            decode_generate_request("m", Some(2), body.to_string().as_bytes(), &inputs()).unwrap();
+        let request = decode_generate_request(
+            "m",
+            ModelVersion::Number(2),
+            body.to_string().as_bytes(),
+            &inputs(),
+        )
+        .unwrap();
         assert_eq!(
-            (request.model_name.as_str(), request.model_version),
-            ("m", Some(2))
+            (request.model_name.as_str(), request.routing.version.clone()),
+            ("m", ModelVersion::Number(2))
         );
         let text = &request.inputs[0];
         assert_eq!(
@@ -301,12 +307,22 @@ mod tests {
     #[test]
     fn variable_dimensions_take_what_the_fixed_ones_leave() {
         let body = json!({"ids": [1, 2, 3, 4, 5, 6]});
-        let request =
-            decode_generate_request("m", None, body.to_string().as_bytes(), &inputs()).unwrap();
+        let request = decode_generate_request(
+            "m",
+            ModelVersion::Latest,
+            body.to_string().as_bytes(),
+            &inputs(),
+        )
+        .unwrap();
         assert_eq!(request.inputs[0].shape, [1, 2, 3]);
         let odd = json!({"ids": [1, 2, 3]});
-        let error =
-            decode_generate_request("m", None, odd.to_string().as_bytes(), &inputs()).unwrap_err();
+        let error = decode_generate_request(
+            "m",
+            ModelVersion::Latest,
+            odd.to_string().as_bytes(),
+            &inputs(),
+        )
+        .unwrap_err();
         assert_eq!(
             error.message(),
             "The schema can not convert input 'ids' to tensor with proper shape"
@@ -316,18 +332,28 @@ mod tests {
     #[test]
     fn objects_and_arrays_are_no_parameters() {
         let body = json!({"options": {"a": 1}});
-        let error =
-            decode_generate_request("m", None, body.to_string().as_bytes(), &inputs()).unwrap_err();
+        let error = decode_generate_request(
+            "m",
+            ModelVersion::Latest,
+            body.to_string().as_bytes(),
+            &inputs(),
+        )
+        .unwrap_err();
         assert_eq!(
             error.message(),
             "parameter 'options' has invalid type. It should be either 'int', 'bool', or 'string'."
         );
-        assert!(decode_generate_request("m", None, b"", &inputs()).is_ok());
-        assert!(decode_generate_request("m", None, b"[1]", &inputs()).is_err());
+        assert!(decode_generate_request("m", ModelVersion::Latest, b"", &inputs()).is_ok());
+        assert!(decode_generate_request("m", ModelVersion::Latest, b"[1]", &inputs()).is_err());
     }
 
     fn decode(body: Value) -> Result<InferRequest, Error> {
-        decode_generate_request("m", None, body.to_string().as_bytes(), &inputs())
+        decode_generate_request(
+            "m",
+            ModelVersion::Latest,
+            body.to_string().as_bytes(),
+            &inputs(),
+        )
     }
 
     #[test]
@@ -365,14 +391,17 @@ mod tests {
         let mut named = inputs();
         named[1].name = "parameters".into();
         let body = json!({"parameters": {"a": 1}}).to_string();
-        let error = decode_generate_request("m", None, body.as_bytes(), &named).unwrap_err();
+        let error = decode_generate_request("m", ModelVersion::Latest, body.as_bytes(), &named)
+            .unwrap_err();
         assert_eq!(
             error.message(),
             "Keyword 'parameters' for nested schema also given as input tensor name"
         );
         // Without the key in the body, such a model takes requests.
         let body = json!({"text_input": "hi"}).to_string();
-        assert!(decode_generate_request("m", None, body.as_bytes(), &named).is_ok());
+        assert!(
+            decode_generate_request("m", ModelVersion::Latest, body.as_bytes(), &named).is_ok()
+        );
     }
 
     #[test]

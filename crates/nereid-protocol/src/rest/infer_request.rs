@@ -6,12 +6,15 @@
 
 use bytes::Bytes;
 use nereid_core::tensor::element_count;
-use nereid_core::{DataType, Error, InferRequest, InputTensor, RequestedOutput, SharedMemoryRef};
+use nereid_core::{
+    DataType, Error, InferRequest, InputTensor, ModelVersion, RequestedOutput, SharedMemoryRef,
+};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{json_data, params};
 use crate::parameters::{take_bool, take_size};
+use crate::routing::take_routing;
 
 #[derive(Deserialize)]
 struct RequestJson {
@@ -72,7 +75,7 @@ pub struct DecodedRequest {
 /// 0: a body without a header is a raw request).
 pub fn decode_infer_request(
     model: &str,
-    version: Option<i64>,
+    version: ModelVersion,
     body: Bytes,
     json_len: usize,
 ) -> Result<DecodedRequest, Error> {
@@ -98,6 +101,7 @@ pub fn decode_infer_request(
     }
     let mut parameters = params::from_json(parsed.parameters.unwrap_or_default(), "the request")?;
     params::check_sequence(&parameters)?;
+    let routing = take_routing(&mut parameters, version)?;
     let default_binary =
         take_bool(&mut parameters, "binary_data_output", "the request")?.unwrap_or(false);
     let mut encoding = OutputEncoding {
@@ -112,8 +116,8 @@ pub fn decode_infer_request(
         .collect::<Result<Vec<_>, _>>()?;
     let request = InferRequest {
         model_name: model.to_string(),
-        model_version: version,
         id: parsed.id.unwrap_or_default(),
+        routing,
         inputs,
         outputs,
         parameters,
@@ -284,7 +288,7 @@ mod tests {
     fn decode(body: serde_json::Value) -> Result<DecodedRequest, Error> {
         let body = Bytes::from(body.to_string());
         let json_len = body.len();
-        decode_infer_request("m", None, body, json_len)
+        decode_infer_request("m", ModelVersion::Latest, body, json_len)
     }
 
     #[test]

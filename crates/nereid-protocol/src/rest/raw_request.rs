@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use nereid_core::model_config::{ModelConfig, ModelInput};
 use nereid_core::tensor::push_bytes_element;
-use nereid_core::{DataType, Error, InferRequest, InputTensor, Parameters};
+use nereid_core::{DataType, Error, InferRequest, InputTensor, ModelVersion, Parameters, Routing};
 
 use super::infer_request::{DecodedRequest, OutputEncoding};
 
@@ -16,7 +16,7 @@ use super::infer_request::{DecodedRequest, OutputEncoding};
 /// `model` / `version`.
 pub fn decode_raw_infer_request(
     model: &str,
-    version: Option<i64>,
+    version: ModelVersion,
     body: Bytes,
     config: &ModelConfig,
 ) -> Result<DecodedRequest, Error> {
@@ -49,8 +49,11 @@ pub fn decode_raw_infer_request(
     };
     let request = InferRequest {
         model_name: model.to_string(),
-        model_version: version,
         id: String::new(),
+        routing: Routing {
+            version,
+            ..Routing::default()
+        },
         inputs: vec![input],
         outputs: Vec::new(),
         parameters: Parameters::new(),
@@ -135,7 +138,8 @@ mod tests {
     }
 
     fn decode(config: &ModelConfig, body: &'static [u8]) -> Result<InputTensor, Error> {
-        let decoded = decode_raw_infer_request("m", None, Bytes::from_static(body), config)?;
+        let decoded =
+            decode_raw_infer_request("m", ModelVersion::Latest, Bytes::from_static(body), config)?;
         assert!(decoded.encoding.default_binary);
         assert!(decoded.request.outputs.is_empty());
         Ok(decoded.request.inputs.into_iter().next().unwrap())

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
 use nereid_batch::{CommitPolicy, Format, InputFiles, Job};
+use nereid_core::ModelVersion;
 use nereid_engine::{ControlMode, EngineOptions, ModelControl};
 
 use super::devices::DeviceFlags;
@@ -34,10 +35,10 @@ pub struct BatchArgs {
     #[arg(long, value_name = "NAME")]
     pub model: String,
 
-    /// The version to run; by default the one the model's version policy
-    /// serves (the highest).
-    #[arg(long, value_name = "N")]
-    pub model_version: Option<i64>,
+    /// The version to run, a number or a version label; by default the
+    /// one the model's traffic settings or version policy choose.
+    #[arg(long, value_name = "N|LABEL", value_parser = parse_version)]
+    pub model_version: Option<ModelVersion>,
 
     /// The records: a .jsonl, .parquet or .arrow file, an .npy file (a
     /// model of one input), a folder of <INPUT>.npy files, or
@@ -138,7 +139,7 @@ impl BatchArgs {
     pub fn into_config(self, progress: bool) -> anyhow::Result<BatchConfig> {
         let job = Job {
             model: self.model.clone(),
-            version: self.model_version,
+            version: self.model_version.clone().unwrap_or_default(),
             input: input_files(&self.input)?,
             input_format: self
                 .input_format
@@ -189,6 +190,19 @@ impl BatchArgs {
 }
 
 /// `--input` values: one path, or `NAME=FILE.npy` for each input.
+/// `--model-version`: a version number or a version label.
+fn parse_version(value: &str) -> Result<ModelVersion, String> {
+    match ModelVersion::parse(value) {
+        Some(ModelVersion::Number(n)) if n < 1 => {
+            Err(format!("'{value}' is no version: versions are 1 or more"))
+        }
+        Some(version) => Ok(version),
+        None => Err(format!(
+            "'{value}' is neither a version number nor a version label"
+        )),
+    }
+}
+
 fn input_files(values: &[String]) -> anyhow::Result<InputFiles> {
     let named = |value: &str| {
         value

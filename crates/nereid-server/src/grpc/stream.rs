@@ -40,17 +40,16 @@ pub async fn infer(
 ) -> Result<ModelInferResponse, Error> {
     let span = tracing::debug_span!("grpc_infer", model = %request.model_name, id = %request.id);
     async {
-        let mut request = request;
-        super::labels::resolve_label(engine, &mut request);
         let mut request = wire::decode_infer_request(request)?;
         request.trace = trace.clone();
-        if let Some(key) = &routing_key {
-            nereid_engine::traffic::set_routing_key(&mut request, key);
+        if let Some(key) = routing_key {
+            request.routing.routing_key.get_or_insert(key);
         }
-        let (model, version) = (request.model_name.clone(), request.model_version);
+        let (model, version) = (request.model_name.clone(), request.routing.version.clone());
         let response = engine.infer(request).await.map_err(|e| {
             let decoupled = engine
-                .model(&model, version)
+                .version_number(&model, &version)
+                .and_then(|version| engine.model(&model, version))
                 .is_ok_and(|m| m.is_decoupled());
             if decoupled {
                 Error::unsupported(DECOUPLED_UNARY)
@@ -157,8 +156,6 @@ fn request_answers(
         }
         (answer, trace.clone())
     };
-    let mut request = request;
-    super::labels::resolve_label(&engine, &mut request);
     Box::pin(async_stream::stream! {
         let decoded = wire::decode_infer_request(request).map(|mut r| {
             r.trace = trace.clone();

@@ -109,7 +109,7 @@ async fn start(
             })
         })
         .collect();
-    let request = decode_generate_request(&path.model, path.version, body, &inputs)?;
+    let request = decode_generate_request(&path.model, path.named.clone(), body, &inputs)?;
     engine.infer_any(request).await
 }
 

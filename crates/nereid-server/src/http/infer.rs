@@ -9,9 +9,9 @@ use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use nereid_core::model_config::ModelConfig;
+use nereid_core::routing::ROUTING_HEADER;
 use nereid_core::{Activity, Error, Trace};
 use nereid_engine::Engine;
-use nereid_engine::traffic::{ROUTING_HEADER, set_routing_key};
 use nereid_protocol::rest::{
     DecodedRequest, EncodedResponse, HEADER_CONTENT_LENGTH, decode_infer_request,
     decode_raw_infer_request, encode_infer_response, inference_header_length,
@@ -70,7 +70,7 @@ pub async fn infer(
     }
     decoded.request.trace = trace.clone();
     if let Some(key) = routing_key {
-        set_routing_key(&mut decoded.request, &key);
+        decoded.request.routing.routing_key.get_or_insert(key);
     }
     // Dropping this future (the client went away) abandons the request.
     let response = state.engine.infer(decoded.request).await?;
@@ -104,8 +104,8 @@ async fn read(
         .map_err(IntoResponse::into_response)?;
     let decode = || -> Result<DecodedRequest, Error> {
         match inference_header_length(body.len(), header_length.as_deref())? {
-            0 => decode_raw_infer_request(&path.model, path.version, body, config),
-            json_len => decode_infer_request(&path.model, path.version, body, json_len),
+            0 => decode_raw_infer_request(&path.model, path.named.clone(), body, config),
+            json_len => decode_infer_request(&path.model, path.named.clone(), body, json_len),
         }
     };
     decode().map_err(|e| ApiError(e).into_response())

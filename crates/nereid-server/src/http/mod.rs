@@ -26,8 +26,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use nereid_core::Error;
+use nereid_core::ModelVersion;
 use nereid_engine::Engine;
-use nereid_repository::traffic::is_label;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 use tower_http::timeout::TimeoutBody;
@@ -223,6 +223,9 @@ pub struct ModelPath {
     /// The version the path names: its number, or the version its label
     /// (`/versions/stable`) names at the time of the request.
     pub version: Option<i64>,
+    /// The version as the path names it, for an inference, whose label the
+    /// engine resolves when it routes the request.
+    pub named: ModelVersion,
 }
 
 impl<S: Send + Sync> axum::extract::FromRequestParts<S> for ModelPath
@@ -242,29 +245,34 @@ where
         let mut path = ModelPath {
             model: String::new(),
             version: None,
+            named: ModelVersion::Latest,
         };
-        let mut label = None;
         for (key, value) in params {
             match key.as_str() {
                 "model" => path.model = value,
                 // Triton's routes only match positive integer versions;
                 // Nereid's version labels go there too.
-                "version" => match value.parse::<i64>() {
-                    Ok(v) if v > 0 => path.version = Some(v),
-                    _ if is_label(&value) => label = Some(value),
+                "version" => match ModelVersion::parse(&value) {
+                    Some(ModelVersion::Number(v)) if v > 0 && !value.starts_with('+') => {
+                        path.named = ModelVersion::Number(v);
+                    }
+                    Some(label @ ModelVersion::Label(_)) => path.named = label,
                     _ => return Err(not_found_response()),
                 },
                 _ => {}
             }
         }
-        if let Some(label) = label {
+        if let ModelVersion::Label(_) = path.named {
             let engine = Engine::from_ref(state);
-            path.version = match engine.label_version(&path.model, &label) {
-                Ok(version) => Some(version),
-                Err(e) if engine.has_labels(&path.model) => return Err(ApiError(e).into_response()),
-                // A model without labels answers as Triton does.
-                Err(_) => return Err(not_found_response()),
-            };
+            // A model without labels answers as Triton does.
+            if !engine.has_labels(&path.model) {
+                return Err(not_found_response());
+            }
+            path.version = engine
+                .version_number(&path.model, &path.named)
+                .map_err(|e| ApiError(e).into_response())?;
+        } else {
+            path.version = path.named.number();
         }
         Ok(path)
     }

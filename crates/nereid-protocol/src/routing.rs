@@ -1,0 +1,163 @@
+//! A request's routing facts taken out of its parameters, once, the same
+//! way for REST and gRPC (after each checked the kinds its wire allows):
+//! `sequence_id`, `sequence_start`, `sequence_end`, `priority` and
+//! `timeout` leave `parameters`, as in Triton, whose backends never see
+//! them as parameters; `routing_key` is typed and stays, a parameter like
+//! any other to the model.
+
+use std::time::Duration;
+
+use nereid_core::routing::ROUTING_KEY_PARAMETER;
+use nereid_core::{CorrelationId, Error, ModelVersion, Parameter, Parameters, Routing, Sequence};
+
+/// Takes the routing facts of a request for `version` out of `params`.
+pub fn take_routing(params: &mut Parameters, version: ModelVersion) -> Result<Routing, Error> {
+    let id = match params.remove("sequence_id") {
+        None => CorrelationId::default(),
+        Some(Parameter::Uint64(id)) => CorrelationId::Int(id),
+        // gRPC's int64_param, taken as Triton takes it (as unsigned).
+        Some(Parameter::Int64(id)) => CorrelationId::Int(id as u64),
+        Some(Parameter::String(id)) => CorrelationId::Str(id),
+        Some(_) => {
+            return Err(Error::invalid_argument(
+                "invalid value type for 'sequence_id' parameter, expected int64_param or string_param.",
+            ));
+        }
+    };
+    let sequence = Sequence {
+        id,
+        start: take_flag(params, "sequence_start")?,
+        end: take_flag(params, "sequence_end")?,
+    };
+    let routing_key = match params.get(ROUTING_KEY_PARAMETER) {
+        Some(Parameter::String(s)) => Some(s.clone()),
+        Some(Parameter::Int64(v)) => Some(v.to_string()),
+        Some(Parameter::Uint64(v)) => Some(v.to_string()),
+        _ => None,
+    };
+    Ok(Routing {
+        version,
+        sequence,
+        routing_key,
+        priority: take_unsigned(params, "priority")?.unwrap_or(0),
+        timeout: take_unsigned(params, "timeout")?.map(Duration::from_micros),
+    })
+}
+
+/// Puts `routing`'s sequence, priority and timeout back as parameters, for
+/// a wire that carries them so (a BLS call's, or a client's, request).
+pub fn routing_parameters(routing: &Routing, params: &mut Parameters) {
+    let sequence = &routing.sequence;
+    if !sequence.id.is_none() {
+        let id = match &sequence.id {
+            CorrelationId::Int(v) => Parameter::Uint64(*v),
+            CorrelationId::Str(s) => Parameter::String(s.clone()),
+        };
+        params.insert("sequence_id".into(), id);
+    }
+    for (key, set) in [
+        ("sequence_start", sequence.start),
+        ("sequence_end", sequence.end),
+    ] {
+        if set {
+            params.insert(key.into(), Parameter::Bool(true));
+        }
+    }
+    if routing.priority != 0 {
+        params.insert("priority".into(), Parameter::Uint64(routing.priority));
+    }
+    if let Some(timeout) = routing.timeout {
+        let micros = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+        params.insert("timeout".into(), Parameter::Uint64(micros));
+    }
+}
+
+fn take_flag(params: &mut Parameters, key: &str) -> Result<bool, Error> {
+    match params.remove(key) {
+        None => Ok(false),
+        Some(Parameter::Bool(b)) => Ok(b),
+        Some(_) => Err(Error::invalid_argument(format!(
+            "invalid value type for '{key}' parameter, expected bool_param."
+        ))),
+    }
+}
+
+fn take_unsigned(params: &mut Parameters, key: &str) -> Result<Option<u64>, Error> {
+    match params.remove(key) {
+        None => Ok(None),
+        Some(Parameter::Int64(v)) if v >= 0 => Ok(Some(v as u64)),
+        Some(Parameter::Uint64(v)) => Ok(Some(v)),
+        Some(other) => Err(Error::invalid_argument(format!(
+            "parameter '{key}' must be a non-negative integer, got {other:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(pairs: &[(&str, Parameter)]) -> Parameters {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn routing_facts_leave_the_parameters_typed() {
+        let mut p = params(&[
+            ("sequence_id", Parameter::Int64(7)),
+            ("sequence_start", Parameter::Bool(true)),
+            ("priority", Parameter::Uint64(2)),
+            ("timeout", Parameter::Int64(1500)),
+            ("routing_key", Parameter::String("user-1".into())),
+            ("temperature", Parameter::Double(0.5)),
+        ]);
+        let routing = take_routing(&mut p, ModelVersion::Number(3)).unwrap();
+        assert_eq!(
+            routing,
+            Routing {
+                version: ModelVersion::Number(3),
+                sequence: Sequence {
+                    id: CorrelationId::Int(7),
+                    start: true,
+                    end: false,
+                },
+                routing_key: Some("user-1".into()),
+                priority: 2,
+                timeout: Some(Duration::from_micros(1500)),
+            }
+        );
+        let left: Vec<_> = p.keys().map(String::as_str).collect();
+        assert_eq!(left, ["routing_key", "temperature"]);
+        let mut back = Parameters::new();
+        routing_parameters(&routing, &mut back);
+        let again = take_routing(&mut back, ModelVersion::Number(3)).unwrap();
+        assert_eq!(again.sequence, routing.sequence);
+        assert_eq!((again.priority, again.timeout), (2, routing.timeout));
+        assert!(back.is_empty());
+    }
+
+    #[test]
+    fn wrong_kinds_are_refused_with_tritons_words() {
+        let refused = |key: &str, value: Parameter| {
+            take_routing(&mut params(&[(key, value)]), ModelVersion::Latest)
+                .unwrap_err()
+                .message()
+                .to_string()
+        };
+        assert_eq!(
+            refused("sequence_id", Parameter::Double(1.0)),
+            "invalid value type for 'sequence_id' parameter, expected int64_param or string_param."
+        );
+        assert_eq!(
+            refused("sequence_end", Parameter::Int64(1)),
+            "invalid value type for 'sequence_end' parameter, expected bool_param."
+        );
+        assert_eq!(
+            refused("priority", Parameter::Int64(-1)),
+            "parameter 'priority' must be a non-negative integer, got Int64(-1)"
+        );
+    }
+}
