@@ -207,15 +207,17 @@ def config_text(broker: Tansu, group: str, routes: list[dict], producer: dict | 
 
 
 def start_nereid(tmp: Path, config: str, name: str = "nereid", wait_ready: bool = True,
-                 extra: list[str] | None = None) -> Server:
-    """Starts nereid with the route file `config`; waits for readiness (the
-    consumer joined and the models ready) unless told not to."""
+                 extra: list[str] | None = None, repositories: list[Path] | None = None) -> Server:
+    """Starts nereid with the route file `config` over the project's model
+    repositories and `repositories`; waits for readiness (the consumer
+    joined and the models ready) unless told not to."""
     folder = tmp / name
     folder.mkdir(exist_ok=True)
     path = folder / "kafka.toml"
     path.write_text(config)
     args = [f"--kafka-config={path}", "--exit-timeout-secs=20", *(extra or [])]
-    repositories = [REPO_ROOT / "model_repository", REPO_ROOT / "tests" / "models"]
+    repositories = [REPO_ROOT / "model_repository", REPO_ROOT / "tests" / "models",
+                    *(repositories or [])]
     ready = plain_ready if wait_ready else live
     return start_server(folder, repositories, args, ready=ready)
 

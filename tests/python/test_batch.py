@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -367,6 +368,33 @@ def test_a_python_model_and_an_ensemble_run_as_onnx_ones_do(tmp_path):
     assert done.returncode == 0, done.stderr
     want = mlp_reference(raw.astype(np.float32) / 255)
     np.testing.assert_allclose(np.load(tmp_path / "pipe" / "OUTPUT.npy"), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_job_names_its_version_by_a_label(tmp_path):
+    repo = tmp_path / "labelled"
+    shutil.copytree(REPO_ROOT / "model_repository" / "add_sub_versions", repo / "ab")
+    config = repo / "ab" / "config.pbtxt"
+    config.write_text(config.read_text().replace('"add_sub_versions"', '"ab"'))
+    (repo / "ab" / "traffic.json").write_text(json.dumps({"labels": {"stable": 1, "canary": 2}}))
+    records = tmp_path / "in.jsonl"
+    records.write_text(json.dumps({"inputs": [
+        {"name": "INPUT0", "datatype": "FP32", "shape": [4], "data": [5, 5, 5, 5]},
+        {"name": "INPUT1", "datatype": "FP32", "shape": [4], "data": [1, 2, 3, 4]}]}) + "\n")
+    argv = [BINARY, "batch", "--model-repository", str(repo), "--model", "ab",
+            "--input", str(records)]
+    for label, version, expected in (("stable", "1", [6, 7, 8, 9]), ("canary", "2", [4, 3, 2, 1])):
+        output = tmp_path / f"{label}.jsonl"
+        done = subprocess.run([*argv, "--model-version", label, "--output", str(output)],
+                              capture_output=True, text=True, timeout=TIMEOUT_S)
+        assert done.returncode == 0, done.stderr
+        [line] = output.read_text().splitlines()
+        answer = json.loads(line)
+        assert answer["model_version"] == version
+        assert answer["outputs"][0]["data"] == expected
+    done = subprocess.run([*argv, "--model-version", "beta", "--output", str(tmp_path / "b.jsonl")],
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert done.returncode == 1
+    assert "has no version label 'beta'" in done.stderr
 
 
 def test_a_decoupled_model_is_refused(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import struct
 import time
@@ -15,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import stop_server
+from conftest import REPO_ROOT, stop_server
 from kafka_support import (
     SESSION_TIMEOUT_S, Tansu, committed, config_text, is_ready, metric_values, produce, read,
     record_count, simple_record, start_nereid, tansu_binary, wait_for,
@@ -144,6 +145,35 @@ def test_an_ensemble_route_answers_through_its_steps(broker, tmp_path):
         [output] = body["outputs"]
         assert (output["name"], output["shape"]) == ("OUTPUT", [1, 16])
         assert len(message.value()) - json_len == 16 * 4
+    finally:
+        assert stop_server(server) == 0, server.log()
+
+
+def labelled_model(root):
+    """`ab`: version 1 adds, version 2 subtracts, labelled stable and canary."""
+    shutil.copytree(REPO_ROOT / "model_repository" / "add_sub_versions", root / "ab")
+    config = root / "ab" / "config.pbtxt"
+    config.write_text(config.read_text().replace('"add_sub_versions"', '"ab"'))
+    (root / "ab" / "traffic.json").write_text(json.dumps({"labels": {"stable": 1, "canary": 2}}))
+
+
+def test_a_route_names_its_version_by_a_label(broker, tmp_path):
+    broker.create_topics({"in": 1, "out": 1, "dead-letters": 1})
+    repo = tmp_path / "labelled"
+    repo.mkdir()
+    labelled_model(repo)
+    route = {"input_topic": "in", "model": "ab", "model_version": "canary", "output_topic": "out"}
+    server = start_nereid(tmp_path, config_text(broker, "g", [route]), repositories=[repo])
+    try:
+        body = {"id": "l-1", "inputs": [
+            {"name": "INPUT0", "datatype": "FP32", "shape": [4], "data": [5, 5, 5, 5]},
+            {"name": "INPUT1", "datatype": "FP32", "shape": [4], "data": [1, 2, 3, 4]}]}
+        produce(broker.bootstrap, "in", [{"key": "l", "value": json.dumps(body).encode()}])
+        message = read(broker.bootstrap, "out", lambda r: r.messages).messages[0]
+        answer = json.loads(message.value())
+        assert answer["model_version"] == "2"
+        outputs = {o["name"]: o["data"] for o in answer["outputs"]}
+        assert outputs["OUTPUT0"] == [4, 3, 2, 1]
     finally:
         assert stop_server(server) == 0, server.log()
 

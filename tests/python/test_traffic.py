@@ -164,8 +164,12 @@ def test_labels_go_where_versions_go(traffic_server):
     # An unknown label answers as an unknown version does.
     with pytest.raises(InferenceServerException, match="no version label 'beta'"):
         http.infer("ab", ab_inputs(httpclient), model_version="beta")
-    with pytest.raises(InferenceServerException, match="version string 'beta'"):
+    with pytest.raises(InferenceServerException, match="no version label 'beta'") as refused:
         grpc.infer("ab", ab_inputs(grpcclient), model_version="beta")
+    assert refused.value.status() == "StatusCode.NOT_FOUND"
+    # A model without labels answers a word as Triton does.
+    with pytest.raises(InferenceServerException, match="version string 'beta'"):
+        grpc.infer("ab_pipeline", ab_inputs(grpcclient), model_version="beta")
 
 
 def test_grpc_metadata_and_index_show_labels_where_triton_clients_skip_them(traffic_server, tmp_path):

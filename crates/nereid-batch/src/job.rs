@@ -14,7 +14,7 @@ use futures::stream::FuturesOrdered;
 use nereid_core::model_config::ModelConfig;
 use nereid_core::model_config::model_config::SchedulingChoice;
 use nereid_core::{InferResponse, ModelVersion};
-use nereid_engine::Engine;
+use nereid_engine::{Answer, Call, Engine};
 
 use crate::BatchError;
 use crate::format::Format;
@@ -281,8 +281,9 @@ async fn infer_group(engine: Engine, group: Group) -> Vec<Result<InferResponse, 
 
 async fn infer(engine: &Engine, record: Record) -> Result<InferResponse, String> {
     engine
-        .infer(record?)
+        .infer(record?, Call::one())
         .await
+        .and_then(Answer::one)
         .map_err(|e| e.message().to_string())
 }
 

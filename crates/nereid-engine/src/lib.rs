@@ -34,6 +34,7 @@ pub mod stats;
 #[cfg(test)]
 mod test_support;
 pub mod traffic;
+pub mod turns;
 mod validate;
 mod warmup;
 mod watcher;
@@ -388,27 +389,32 @@ impl Engine {
         Ok(metadata)
     }
 
-    /// Runs one inference on the model and version the request names.
-    /// Inputs and outputs placed in shared memory are read from and
-    /// written to their registered regions.
-    pub async fn infer(&self, request: InferRequest) -> Result<InferResponse, Error> {
-        if self.inner.stopping.load(Ordering::SeqCst) {
+    /// Runs one inference: the one way in for every frontend. The request
+    /// goes to the version it names (a number, or a label resolved now) or
+    /// the one the model's traffic settings choose; inputs and outputs
+    /// placed in shared memory are read from and written to their
+    /// registered regions. A decoupled model's responses come as a stream,
+    /// as they are made, when the call takes one ([`Call::stream`]); any
+    /// other model's answer comes whole. Shared memory outputs are for
+    /// single answers only.
+    pub async fn infer(&self, mut request: InferRequest, call: Call) -> Result<Answer, Error> {
+        if !call.nested && self.inner.stopping.load(Ordering::SeqCst) {
             return Err(Error::unavailable("the server is shutting down"));
         }
-        self.infer_accepted(request).await
-    }
-
-    /// Runs a request that a request already accepted makes (a Python
-    /// model's BLS call): served while the server drains, so that the
-    /// request making it can finish.
-    pub async fn infer_nested(&self, request: InferRequest) -> Result<InferResponse, Error> {
-        self.infer_accepted(request).await
-    }
-
-    async fn infer_accepted(&self, mut request: InferRequest) -> Result<InferResponse, Error> {
-        let _counted = InFlight::enter(&self.inner.in_flight);
+        let counted = InFlight::enter(&self.inner.in_flight);
         let route = self.route(&mut request)?;
-        self.infer_on(route, request).await
+        let decoupled = route.version.is_decoupled();
+        let refusal = match call.takes {
+            Takes::Stream if decoupled => return self.stream_on(route.version, request, counted),
+            Takes::Stream => None,
+            Takes::One(refusal) => refusal,
+        };
+        let result = self.infer_on(route, request).await;
+        match (decoupled, refusal) {
+            // The caller's words for a model it cannot serve (Triton's).
+            (true, Some(words)) => Err(Error::unsupported(words)),
+            _ => result.map(Answer::One),
+        }
     }
 
     /// Where `request` goes: the version it names, or the one its model's
@@ -435,29 +441,13 @@ impl Engine {
         Ok(response)
     }
 
-    /// Runs one inference on any model: a decoupled model's responses come
-    /// as a stream, as they are made; any other model's answer comes whole.
-    /// Shared memory outputs are for single answers only.
-    pub async fn infer_any(&self, request: InferRequest) -> Result<Answer, Error> {
-        if self.inner.stopping.load(Ordering::SeqCst) {
-            return Err(Error::unavailable("the server is shutting down"));
-        }
-        self.infer_any_accepted(request).await
-    }
-
-    /// As [`Engine::infer_any`], for a request that a request already
-    /// accepted makes (see [`Engine::infer_nested`]).
-    pub async fn infer_any_nested(&self, request: InferRequest) -> Result<Answer, Error> {
-        self.infer_any_accepted(request).await
-    }
-
-    async fn infer_any_accepted(&self, mut request: InferRequest) -> Result<Answer, Error> {
-        let counted = InFlight::enter(&self.inner.in_flight);
-        let route = self.route(&mut request)?;
-        if !route.version.is_decoupled() {
-            return self.infer_on(route, request).await.map(Answer::One);
-        }
-        let model = route.version;
+    /// Starts `request` on decoupled `model`: its responses as a stream.
+    fn stream_on(
+        &self,
+        model: Arc<LoadedVersion>,
+        mut request: InferRequest,
+        counted: InFlight,
+    ) -> Result<Answer, Error> {
         let plan = self.inner.shared_memory.prepare(&mut request)?;
         if !plan.is_empty() {
             return Err(Error::invalid_argument(format!(
@@ -583,15 +573,81 @@ impl Engine {
     }
 }
 
-/// Counts a request as in flight until dropped (answered, failed or
-/// abandoned).
-/// What [`Engine::infer_any`] answers.
+/// Who makes a request, and what answers it takes.
+#[derive(Debug, Clone, Copy)]
+pub struct Call {
+    /// Made by a request already accepted (a Python model's BLS call):
+    /// served while the server drains, so that the request making it can
+    /// finish.
+    pub nested: bool,
+    pub takes: Takes,
+}
+
+/// The answers a caller takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takes {
+    /// One answer, or a decoupled model's responses as a stream.
+    Stream,
+    /// One answer. A decoupled model is refused: in these words (the
+    /// frontend's, as Triton says them), or in the engine's own.
+    One(Option<&'static str>),
+}
+
+impl Call {
+    /// A client that takes one answer.
+    pub fn one() -> Call {
+        Call {
+            nested: false,
+            takes: Takes::One(None),
+        }
+    }
+
+    /// A client that takes a decoupled model's responses as a stream.
+    pub fn stream() -> Call {
+        Call {
+            nested: false,
+            takes: Takes::Stream,
+        }
+    }
+
+    /// A client that takes one answer and refuses a decoupled model with
+    /// `words`.
+    pub fn one_refusing(words: &'static str) -> Call {
+        Call {
+            nested: false,
+            takes: Takes::One(Some(words)),
+        }
+    }
+
+    /// The call, made by a request already accepted.
+    pub fn nested(self) -> Call {
+        Call {
+            nested: true,
+            ..self
+        }
+    }
+}
+
+/// What [`Engine::infer`] answers.
 #[derive(Debug)]
 pub enum Answer {
     /// The one answer of a model that is not decoupled.
     One(InferResponse),
     /// A decoupled model's responses.
     Stream(ResponseStream),
+}
+
+impl Answer {
+    /// The one answer, for a call that takes one ([`Call::one`]), which a
+    /// decoupled model never gives.
+    pub fn one(self) -> Result<InferResponse, Error> {
+        match self {
+            Answer::One(response) => Ok(response),
+            Answer::Stream(_) => Err(Error::internal(
+                "a decoupled model's stream came to a call that takes one answer",
+            )),
+        }
+    }
 }
 
 /// A decoupled model's responses to one request, as the model sends them;

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
 use nereid_core::testing::{FnBackend, int32s as ints, map_int32};
-use nereid_core::{DataType, InferRequest, InputTensor, Parameter, Parameters};
-use nereid_engine::{Engine, EngineOptions};
+use nereid_core::{DataType, InferRequest, InputTensor, Parameters, Routing};
+use nereid_engine::{Answer, Call, Engine, EngineOptions};
 use parking_lot::Mutex;
 
 /// A bound on every wait for the engine, not an expected time.
@@ -75,12 +75,12 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 
 fn request(values: &[i32], priority: Option<u64>) -> InferRequest {
     let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let mut parameters = Parameters::new();
-    if let Some(p) = priority {
-        parameters.insert("priority".into(), Parameter::Uint64(p));
-    }
     InferRequest {
         model_name: "rec".into(),
+        routing: Routing {
+            priority: priority.unwrap_or(0),
+            ..Routing::default()
+        },
         inputs: vec![InputTensor {
             name: "INPUT0".into(),
             datatype: DataType::Int32,
@@ -88,7 +88,6 @@ fn request(values: &[i32], priority: Option<u64>) -> InferRequest {
             data: Bytes::from(data),
             parameters: Parameters::new(),
         }],
-        parameters,
         ..Default::default()
     }
 }
@@ -98,7 +97,12 @@ impl Harness {
         let engine = self.engine.clone();
         let request = request(values, priority);
         tokio::spawn(async move {
-            engine.infer(request).await.unwrap().outputs[0]
+            engine
+                .infer(request, Call::one())
+                .await
+                .and_then(Answer::one)
+                .unwrap()
+                .outputs[0]
                 .data
                 .to_vec()
         })
@@ -172,7 +176,8 @@ async fn higher_priority_runs_first_and_abandoned_requests_never_run() {
     h.wait_started().await;
     let low = h.spawn(&[2, 2], Some(2));
     let engine = h.engine.clone();
-    let abandoned = tokio::spawn(async move { engine.infer(request(&[9, 9], Some(1))).await });
+    let abandoned =
+        tokio::spawn(async move { engine.infer(request(&[9, 9], Some(1)), Call::one()).await });
     let high = h.spawn(&[3, 3], Some(1));
     h.queued(3).await;
     abandoned.abort();
@@ -199,7 +204,11 @@ async fn a_full_queue_answers_unavailable_at_once() {
     h.wait_started().await;
     let queued = h.spawn(&[2, 2], None);
     h.queued(1).await;
-    let refused = h.engine.infer(request(&[3, 3], None)).await.unwrap_err();
+    let refused = h
+        .engine
+        .infer(request(&[3, 3], None), Call::one())
+        .await
+        .unwrap_err();
     assert_eq!(refused.kind(), nereid_core::ErrorKind::Unavailable);
     assert!(refused.message().contains("full"), "{refused}");
     h.release.send(()).unwrap();

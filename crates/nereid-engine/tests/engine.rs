@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{CONFIG, Controls, request, write_model};
+use common::{CONFIG, Controls, InferOne, request, write_model};
 use nereid_core::ErrorKind;
 use nereid_engine::{Engine, EngineOptions, ModelState};
 
@@ -47,7 +47,10 @@ async fn a_bad_model_does_not_stop_the_others() {
     );
     let (engine, _release) = engine(root.path());
 
-    let response = engine.infer(request("good", &[1, 2, 3, 4])).await.unwrap();
+    let response = engine
+        .infer_one(request("good", &[1, 2, 3, 4]))
+        .await
+        .unwrap();
     assert_eq!(response.outputs[0].shape, [2, 2]);
     assert_eq!(&response.outputs[0].data[..4], &1i32.to_le_bytes());
 
@@ -67,7 +70,7 @@ async fn a_bad_model_does_not_stop_the_others() {
     assert!(!engine.is_ready(), "strict readiness: a model failed");
 
     let err = engine
-        .infer(request("broken_file", &[1, 2]))
+        .infer_one(request("broken_file", &[1, 2]))
         .await
         .unwrap_err();
     assert_eq!(
@@ -75,7 +78,10 @@ async fn a_bad_model_does_not_stop_the_others() {
         ErrorKind::NotFound,
         "as Triton: no available versions"
     );
-    let err = engine.infer(request("nope", &[1, 2])).await.unwrap_err();
+    let err = engine
+        .infer_one(request("nope", &[1, 2]))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
 }
 
@@ -91,7 +97,7 @@ async fn a_short_compute_only_execution_runs_on_the_receiving_thread() {
     let (engine, controls) = engine_with(root.path(), true);
     let mut served = 0;
     for i in 0..200 {
-        let response = engine.infer(request("quick", &[i, 2])).await.unwrap();
+        let response = engine.infer_one(request("quick", &[i, 2])).await.unwrap();
         assert_eq!(common::first_output(&response), i);
         served += 1;
         if !on_instance_thread(&controls, "quick", served - 1) {
@@ -108,10 +114,13 @@ async fn a_short_compute_only_execution_runs_on_the_receiving_thread() {
     );
     // A panic on this thread fails the request and restarts the instance,
     // as on the instance's own thread.
-    let err = engine.infer(request("quick", &[666, 1])).await.unwrap_err();
+    let err = engine
+        .infer_one(request("quick", &[666, 1]))
+        .await
+        .unwrap_err();
     assert!(err.message().contains("panicked: injected fault: 666"));
     assert!(!on_instance_thread(&controls, "quick", served));
-    let ok = engine.infer(request("quick", &[5, 6])).await.unwrap();
+    let ok = engine.infer_one(request("quick", &[5, 6])).await.unwrap();
     assert_eq!(common::first_output(&ok), 5);
     assert_eq!(controls.live.load(std::sync::atomic::Ordering::SeqCst), 1);
     let stats = &engine.statistics(Some("quick"), None).unwrap()[0].stats;
@@ -126,7 +135,7 @@ async fn a_backend_that_is_not_compute_only_always_runs_on_its_instance_threads(
     write_model(root.path(), "plain", CONFIG, "identity");
     let (engine, controls) = engine(root.path());
     for i in 0..3 {
-        engine.infer(request("plain", &[i, 2])).await.unwrap();
+        engine.infer_one(request("plain", &[i, 2])).await.unwrap();
     }
     assert!((0..3).all(|i| on_instance_thread(&controls, "plain", i)));
 }
@@ -142,14 +151,14 @@ async fn an_abandoned_request_never_runs() {
     // (its client went away) while it waits in the queue.
     let first = tokio::spawn({
         let engine = engine.clone();
-        async move { engine.infer(request("gated", &[1, 2])).await }
+        async move { engine.infer_one(request("gated", &[1, 2])).await }
     });
     let started = controls.started.clone();
     tokio::task::spawn_blocking(move || started.recv_timeout(Duration::from_secs(60)))
         .await
         .unwrap()
         .expect("the first request started executing");
-    let abandoned = engine.infer(request("gated", &[5, 6]));
+    let abandoned = engine.infer_one(request("gated", &[5, 6]));
     let timed_out = tokio::time::timeout(Duration::from_millis(50), abandoned).await;
     assert!(timed_out.is_err(), "the second request cannot have run yet");
     controls.release.send(()).unwrap();
@@ -158,7 +167,7 @@ async fn an_abandoned_request_never_runs() {
     // A third request goes through after the abandoned one was skipped.
     let third = tokio::spawn({
         let engine = engine.clone();
-        async move { engine.infer(request("gated", &[7, 8])).await }
+        async move { engine.infer_one(request("gated", &[7, 8])).await }
     });
     third.await.unwrap().unwrap();
     let stats = &engine.statistics(Some("gated"), None).unwrap()[0].stats;
@@ -176,7 +185,7 @@ async fn a_panicking_backend_fails_its_batch_and_the_instance_restarts() {
     write_model(root.path(), "other", CONFIG, "identity");
     let (engine, controls) = engine(root.path());
     let err = engine
-        .infer(request("faulty", &[666, 1]))
+        .infer_one(request("faulty", &[666, 1]))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Internal);
@@ -188,9 +197,9 @@ async fn a_panicking_backend_fails_its_batch_and_the_instance_restarts() {
     );
     // The instance was replaced: the next request is served, and the other
     // model never noticed.
-    let ok = engine.infer(request("faulty", &[1, 2])).await.unwrap();
+    let ok = engine.infer_one(request("faulty", &[1, 2])).await.unwrap();
     assert_eq!(common::first_output(&ok), 1);
-    assert!(engine.infer(request("other", &[3, 4])).await.is_ok());
+    assert!(engine.infer_one(request("other", &[3, 4])).await.is_ok());
     assert_eq!(controls.live.load(std::sync::atomic::Ordering::SeqCst), 2);
     let stats = engine.statistics(Some("faulty"), None).unwrap();
     assert_eq!(stats[0].stats.fail.count, 1);
@@ -203,7 +212,12 @@ async fn an_instance_that_cannot_restart_makes_the_version_unavailable() {
     let (engine, _controls) = engine(root.path());
     // The restart after the panic reads the model file again: now broken.
     std::fs::write(root.path().join("faulty/1/model.fake"), "panicky broken").unwrap();
-    assert!(engine.infer(request("faulty", &[666, 1])).await.is_err());
+    assert!(
+        engine
+            .infer_one(request("faulty", &[666, 1]))
+            .await
+            .is_err()
+    );
     // The restart is tried once the failed batch has been answered.
     let row = || {
         engine
@@ -223,7 +237,7 @@ async fn an_instance_that_cannot_restart_makes_the_version_unavailable() {
         "{}",
         row.reason
     );
-    assert!(engine.infer(request("faulty", &[1, 2])).await.is_err());
+    assert!(engine.infer_one(request("faulty", &[1, 2])).await.is_err());
 }
 
 #[tokio::test]
@@ -246,5 +260,5 @@ async fn implicit_state_on_a_backend_without_it_is_refused_with_the_reason() {
         "{}",
         row.reason
     );
-    assert!(engine.infer(request("other", &[1, 2])).await.is_ok());
+    assert!(engine.infer_one(request("other", &[1, 2])).await.is_ok());
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::{CONFIG, first_output, request, write_model};
+use common::{CONFIG, InferOne, first_output, request, write_model};
 use nereid_engine::{ControlMode, Engine, EngineOptions, LoadRequest, ModelControl, ModelState};
 use nereid_repository::{CopyFailure, Mirror, MirrorError, Scope};
 use parking_lot::Mutex;
@@ -131,7 +131,7 @@ async fn startup_copies_every_model_and_a_failed_copy_fails_that_model_alone() {
     assert_eq!(shown.0, Some(ModelState::Unavailable));
     assert!(shown.1.contains("s3://bucket/models/b/1/model.fake"));
     assert_eq!(
-        first_output(&engine.infer(request("a", &[1, 2])).await.unwrap()),
+        first_output(&engine.infer_one(request("a", &[1, 2])).await.unwrap()),
         2
     );
 }
@@ -162,7 +162,7 @@ async fn explicit_loads_copy_what_they_load() {
         .unwrap();
     assert_eq!(mirror.asked.lock()[1], Some(vec!["b".to_string()]));
     assert_eq!(
-        first_output(&engine.infer(request("b", &[1, 2])).await.unwrap()),
+        first_output(&engine.infer_one(request("b", &[1, 2])).await.unwrap()),
         3
     );
 
@@ -176,7 +176,7 @@ async fn explicit_loads_copy_what_they_load() {
         "failed to load 'b': cannot copy s3://bucket/models/b/1/model.fake: reset"
     );
     assert_eq!(
-        first_output(&engine.infer(request("b", &[1, 2])).await.unwrap()),
+        first_output(&engine.infer_one(request("b", &[1, 2])).await.unwrap()),
         3,
         "the copy it has serves on"
     );

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{CONFIG, engine, eventually, first_output, request, write_model, write_version};
+use common::{
+    CONFIG, InferOne, engine, eventually, first_output, request, write_model, write_version,
+};
 use nereid_core::ErrorKind;
 use nereid_core::model_config::ModelConfig;
 use nereid_engine::{ControlMode, Engine, IndexEntry, LoadRequest, ModelState};
@@ -29,7 +31,7 @@ fn state(engine: &Engine, name: &str, version: i64) -> Option<ModelState> {
 }
 
 async fn answer(engine: &Engine, model: &str) -> i32 {
-    first_output(&engine.infer(request(model, &[1, 2])).await.unwrap())
+    first_output(&engine.infer_one(request(model, &[1, 2])).await.unwrap())
 }
 
 fn parse(text: &str) -> ModelConfig {
@@ -66,7 +68,7 @@ async fn explicit_mode_loads_and_unloads_on_request() {
         (a.state, a.reason.as_str()),
         (Some(ModelState::Unavailable), "unloaded")
     );
-    let err = engine.infer(request("a", &[1, 2])).await.unwrap_err();
+    let err = engine.infer_one(request("a", &[1, 2])).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
     assert!(engine.is_ready(), "unloaded models do not make it unready");
     assert!(eventually(WAIT, || controls.live.load(Ordering::SeqCst) == 1).await);
@@ -127,7 +129,7 @@ async fn a_reload_swaps_without_failing_a_request() {
     // A request executing on the old version when the swap happens.
     let held = tokio::spawn({
         let engine = engine.clone();
-        async move { engine.infer(request("g", &[5, 6])).await }
+        async move { engine.infer_one(request("g", &[5, 6])).await }
     });
     let started = controls.started.clone();
     tokio::task::spawn_blocking(move || started.recv_timeout(WAIT))
@@ -143,7 +145,7 @@ async fn a_reload_swaps_without_failing_a_request() {
             tokio::spawn(async move {
                 let mut seen = Vec::new();
                 for _ in 0..300 {
-                    match engine.infer(request("m", &[1, 2])).await {
+                    match engine.infer_one(request("m", &[1, 2])).await {
                         Ok(r) => seen.push(first_output(&r)),
                         Err(_) => drop(failures.fetch_add(1, Ordering::SeqCst)),
                     }

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{CONFIG, eventually, first_output, request, write_model, write_version};
+use common::{CONFIG, InferOne, eventually, first_output, request, write_model, write_version};
 use nereid_core::ErrorKind;
 use nereid_engine::{ControlMode, Engine, EngineOptions, ModelControl, ModelState};
 
@@ -53,7 +53,7 @@ fn answer(engine: &Engine, model: &str) -> Option<i32> {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(engine.infer(request(&model, &[1, 2])))
+        rt.block_on(engine.infer_one(request(&model, &[1, 2])))
             .ok()
             .map(|r| first_output(&r))
     })
@@ -93,7 +93,10 @@ async fn poll_mode_follows_the_repository() {
     );
     std::fs::remove_dir_all(root.join("gone")).unwrap();
     assert!(eventually(WAIT, || !engine.index().iter().any(|r| r.name == "gone")).await);
-    let err = engine.infer(request("gone", &[1, 2])).await.unwrap_err();
+    let err = engine
+        .infer_one(request("gone", &[1, 2]))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound);
 
     // A removed version is drained and unloaded; the other serves on.

@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{CONFIG, request, write_model};
+use common::{CONFIG, InferOne, request, write_model};
 use nereid_engine::{Engine, EngineOptions};
 
 #[tokio::test]
@@ -34,9 +34,9 @@ async fn each_request_of_a_batch_gets_its_own_answer() {
     let mut bad = request("rw", &[-1, 5]);
     bad.id = "bad".into();
     let (a, b, c) = tokio::join!(
-        engine.infer(request("rw", &[1, 2])),
-        engine.infer(bad),
-        engine.infer(request("rw", &[3, 4, 5, 6])),
+        engine.infer_one(request("rw", &[1, 2])),
+        engine.infer_one(bad),
+        engine.infer_one(request("rw", &[3, 4, 5, 6])),
     );
     assert_eq!(
         &a.unwrap().outputs[0].data[..],

@@ -13,7 +13,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{CONFIG, Controls, eventually, first_output, request, write_model, write_version};
+use common::{
+    CONFIG, Controls, InferOne, eventually, first_output, request, write_model, write_version,
+};
 use nereid_core::{InferRequest, ModelVersion, Parameter};
 use nereid_engine::traffic::{RouteObserver, RouteRecord, RoutedBy, ShadowOutcome, ShadowRecord};
 use nereid_engine::{ControlMode, Engine, LoadRequest};
@@ -39,7 +41,7 @@ fn model(root: &Path, name: &str, n: i64, config: &str, traffic: Option<&str>) {
 
 /// The version that answered, from the answer (1 + 10·v).
 async fn served(engine: &Engine, request: InferRequest) -> i64 {
-    let response = engine.infer(request).await.unwrap();
+    let response = engine.infer_one(request).await.unwrap();
     let version = i64::from(first_output(&response) - 1) / 10;
     assert_eq!(version, response.model_version);
     version
@@ -97,7 +99,7 @@ async fn labels_name_versions_and_keep_them_loaded() {
     assert_eq!(served(&engine, r).await, 2);
     let mut r = request("m", &[1, 2]);
     r.routing.version = ModelVersion::Label("beta".into());
-    let refused = engine.infer(r).await.unwrap_err();
+    let refused = engine.infer_one(r).await.unwrap_err();
     assert_eq!(
         refused.message(),
         "Request for unknown model: 'm' has no version label 'beta'"
@@ -374,7 +376,7 @@ async fn a_long_queue_sends_requests_to_the_fallback() {
     for _ in 0..6 {
         let engine = engine.clone();
         waiting.push(tokio::spawn(async move {
-            engine.infer(request("m", &[1, 2])).await
+            engine.infer_one(request("m", &[1, 2])).await
         }));
     }
     for _ in 0..3 {
@@ -383,18 +385,16 @@ async fn a_long_queue_sends_requests_to_the_fallback() {
         controls.release.send(()).unwrap();
     }
     // The first look only takes a baseline.
-    let _ = engine.infer(request("small", &[1, 2])).await;
+    let _ = engine.infer_one(request("small", &[1, 2])).await;
     let mut fell_back = None;
     for _ in 0..40 {
         let mut r = request("m", &[1, 2]);
         r.id = "probe".into();
         let engine2 = engine.clone();
-        let answer =
-            tokio::time::timeout(
-                Duration::from_millis(300),
-                async move { engine2.infer(r).await },
-            )
-            .await;
+        let answer = tokio::time::timeout(Duration::from_millis(300), async move {
+            engine2.infer_one(r).await
+        })
+        .await;
         if let Ok(Ok(response)) = answer
             && response.parameters.get("fallback_from") == Some(&Parameter::String("m".into()))
         {

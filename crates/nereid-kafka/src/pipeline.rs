@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use nereid_core::{Error, ErrorKind, InferRequest, InferResponse};
-use nereid_engine::Engine;
+use nereid_engine::{Call, Engine};
 use parking_lot::{Condvar, Mutex};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -307,7 +307,7 @@ fn about_the_record(error: &KafkaError) -> bool {
 }
 
 async fn infer(engine: Engine, request: InferRequest) -> Result<InferResponse, Error> {
-    engine.infer(request).await
+    engine.infer(request, Call::one()).await?.one()
 }
 
 /// The lane a record's answer waits in: one per partition, or one per key

@@ -14,7 +14,7 @@ use nereid_core::{
     Backend, BackendError, Error, InferRequest, InferResponse, InferService, ModelInstance,
     ModelIo, ModelSource, ModelVersion,
 };
-use nereid_engine::{Answer, Engine, EngineOptions, ModelControl};
+use nereid_engine::{Answer, Call, Engine, EngineOptions, ModelControl};
 
 use crate::model_control::{self, Param};
 
@@ -102,7 +102,10 @@ struct EngineService {
 
 impl InferService for EngineService {
     fn infer_blocking(&self, request: InferRequest) -> Result<InferResponse, Error> {
-        self.runtime.block_on(self.engine.infer_nested(request))
+        let call = Call::one().nested();
+        self.runtime
+            .block_on(self.engine.infer(request, call))
+            .and_then(Answer::one)
     }
 
     fn is_decoupled(&self, name: &str, version: &ModelVersion) -> bool {
@@ -158,7 +161,7 @@ impl InferService for EngineService {
                 request.routing.version.clone(),
                 request.id.clone(),
             );
-            let mut stream = match self.engine.infer_any_nested(request).await? {
+            let mut stream = match self.engine.infer(request, Call::stream().nested()).await? {
                 Answer::One(response) => return Ok(vec![Ok(response)]),
                 Answer::Stream(stream) => stream,
             };

@@ -287,3 +287,20 @@ pub async fn eventually(timeout: Duration, mut condition: impl FnMut() -> bool) 
     }
     condition()
 }
+
+/// The engine as a client that takes one answer calls it.
+pub trait InferOne {
+    fn infer_one(
+        &self,
+        request: InferRequest,
+    ) -> impl std::future::Future<Output = Result<nereid_core::InferResponse, nereid_core::Error>> + Send;
+}
+
+impl InferOne for nereid_engine::Engine {
+    async fn infer_one(
+        &self,
+        request: InferRequest,
+    ) -> Result<nereid_core::InferResponse, nereid_core::Error> {
+        self.infer(request, nereid_engine::Call::one()).await?.one()
+    }
+}

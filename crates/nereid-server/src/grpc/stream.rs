@@ -9,17 +9,17 @@
 
 use futures::stream::{BoxStream, SelectAll};
 use futures::{Stream, StreamExt};
-use std::collections::HashMap;
 use std::time::Instant;
 
 use nereid_core::{Activity, Error, Trace};
-use nereid_engine::{Answer, Engine};
+use nereid_engine::turns::{SequenceTurns, Turn};
+use nereid_engine::{Answer, Call, Engine};
 use nereid_protocol::grpc as wire;
 use nereid_protocol::inference::infer_parameter::ParameterChoice;
 use nereid_protocol::inference::{
     InferParameter, ModelInferRequest, ModelInferResponse, ModelStreamInferResponse,
 };
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tonic::{Request, Status, Streaming};
 use tracing::Instrument;
 
@@ -45,18 +45,8 @@ pub async fn infer(
         if let Some(key) = routing_key {
             request.routing.routing_key.get_or_insert(key);
         }
-        let (model, version) = (request.model_name.clone(), request.routing.version.clone());
-        let response = engine.infer(request).await.map_err(|e| {
-            let decoupled = engine
-                .version_number(&model, &version)
-                .and_then(|version| engine.model(&model, version))
-                .is_ok_and(|m| m.is_decoupled());
-            if decoupled {
-                Error::unsupported(DECOUPLED_UNARY)
-            } else {
-                e
-            }
-        })?;
+        let call = Call::one_refusing(DECOUPLED_UNARY);
+        let response = engine.infer(request, call).await?.one()?;
         if let Some(trace) = &trace {
             trace.record(Activity::InferResponseComplete);
         }
@@ -69,60 +59,6 @@ pub async fn infer(
 /// One answer on the stream, with the trace of its request.
 type Traced = (ModelStreamInferResponse, Option<Trace>);
 
-/// Where a request stands among the requests of its sequence on one
-/// stream: its answers wait until `after` (the previous request's turn)
-/// ends, and its own `turn` ends with its last answer.
-#[derive(Default)]
-struct Turn {
-    after: Option<oneshot::Receiver<()>>,
-    turn: Option<oneshot::Sender<()>>,
-}
-
-/// Keeps the answers of each sequence on one stream in the order its
-/// requests came. The engine runs a sequence's steps in order, but their
-/// answers may be picked up from the engine in another order when the
-/// stream is busy; Triton's clients read a sequence's answers in order.
-#[derive(Default)]
-struct SequenceTurns {
-    /// The turn of the latest request of each sequence, by model and id.
-    latest: HashMap<(String, String, String), oneshot::Receiver<()>>,
-    /// How many sequences to hold before dropping those whose turns ended.
-    prune_at: usize,
-}
-
-impl SequenceTurns {
-    /// The turn of `request`: none unless it belongs to a sequence.
-    fn take(&mut self, request: &ModelInferRequest) -> Turn {
-        let id = match request.parameters.get("sequence_id") {
-            Some(InferParameter {
-                parameter_choice: Some(ParameterChoice::Int64Param(0)),
-            }) => return Turn::default(),
-            Some(InferParameter {
-                parameter_choice: Some(ParameterChoice::Int64Param(id)),
-            }) => id.to_string(),
-            Some(InferParameter {
-                parameter_choice: Some(ParameterChoice::StringParam(id)),
-            }) if !id.is_empty() => format!("'{id}'"),
-            _ => return Turn::default(),
-        };
-        if self.latest.len() >= self.prune_at {
-            self.latest
-                .retain(|_, turn| turn.try_recv() == Err(oneshot::error::TryRecvError::Empty));
-            self.prune_at = (2 * self.latest.len()).max(64);
-        }
-        let (turn, ended) = oneshot::channel();
-        let key = (
-            request.model_name.clone(),
-            request.model_version.clone(),
-            id,
-        );
-        Turn {
-            after: self.latest.insert(key, ended),
-            turn: Some(turn),
-        }
-    }
-}
-
 /// One request's answers on the stream, in order: its one answer, or a
 /// decoupled model's responses; each says whether it is the last. A final
 /// flag that comes alone is sent as an empty response only when the
@@ -131,7 +67,7 @@ fn request_answers(
     engine: Engine,
     request: ModelInferRequest,
     trace: Option<Trace>,
-    turn: Turn,
+    turns: &mut SequenceTurns,
 ) -> BoxStream<'static, Traced> {
     let id = request.id.clone();
     let model = request.model_name.clone();
@@ -156,26 +92,27 @@ fn request_answers(
         }
         (answer, trace.clone())
     };
+    let decoded = wire::decode_infer_request(request).map(|mut r| {
+        r.trace = trace.clone();
+        r
+    });
+    let mut turn = match &decoded {
+        Ok(request) => turns.take(request),
+        Err(_) => Turn::default(),
+    };
     Box::pin(async_stream::stream! {
-        let decoded = wire::decode_infer_request(request).map(|mut r| {
-            r.trace = trace.clone();
-            r
-        });
         let answer = match decoded {
-            Ok(request) => engine.infer_any(request).await,
+            Ok(request) => engine.infer(request, Call::stream()).await,
             Err(e) => Err(e),
         };
-        let Turn { after, mut turn } = turn;
-        if let Some(after) = after {
-            // Ended or dropped, the previous request has sent its last answer.
-            let _ = after.await;
-        }
+        // Ended or dropped, the previous request has sent its last answer.
+        turn.wait().await;
         // Ending the turn as the last answer is yielded lets the next
         // request's answers follow it, not precede it: the stream loop
         // takes this answer before it polls that request again.
         match answer {
             Err(e) => {
-                drop(turn.take());
+                turn.end();
                 yield sent(error(e, true), &trace);
             }
             Ok(Answer::One(response)) => {
@@ -184,14 +121,14 @@ fn request_answers(
                 }
                 let mut response = wire::encode_infer_response(response);
                 mark_final(&mut response, true);
-                drop(turn.take());
+                turn.end();
                 yield sent(ok(response), &trace);
             }
             Ok(Answer::Stream(mut responses)) => {
                 while let Some(streamed) = responses.next().await {
                     let last = streamed.last;
                     if last {
-                        drop(turn.take());
+                        turn.end();
                     }
                     match streamed.response {
                         Some(Ok(response)) => {
@@ -291,8 +228,7 @@ pub fn answers(
                         trace.record(Activity::GrpcWaitreadEnd);
                     }
                     waiting_since = Instant::now();
-                    let turn = sequences.take(&request);
-                    pending.push(request_answers(engine.clone(), *request, trace, turn));
+                    pending.push(request_answers(engine.clone(), *request, trace, &mut sequences));
                 }
                 Event::Answer((answer, trace)) => {
                     yield Ok(answer);
@@ -312,75 +248,5 @@ pub fn answers(
         if let Some(status) = failure {
             yield Err(status);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn step(model: &str, id: Option<ParameterChoice>) -> ModelInferRequest {
-        let mut request = ModelInferRequest {
-            model_name: model.to_owned(),
-            ..Default::default()
-        };
-        if let Some(id) = id {
-            let id = InferParameter {
-                parameter_choice: Some(id),
-            };
-            request.parameters.insert("sequence_id".to_owned(), id);
-        }
-        request
-    }
-
-    #[test]
-    fn a_sequences_requests_wait_one_for_another() {
-        let mut turns = SequenceTurns::default();
-        let first = turns.take(&step("acc", Some(ParameterChoice::Int64Param(7))));
-        assert!(first.after.is_none());
-        let mut second = turns.take(&step("acc", Some(ParameterChoice::Int64Param(7))));
-        let mut after = second.after.take().expect("waits for the first");
-        assert_eq!(after.try_recv(), Err(oneshot::error::TryRecvError::Empty));
-        drop(first);
-        assert_eq!(after.try_recv(), Err(oneshot::error::TryRecvError::Closed));
-        // Another sequence, another model, or a string id that reads the
-        // same as a number are other chains.
-        for other in [
-            step("acc", Some(ParameterChoice::Int64Param(8))),
-            step("other", Some(ParameterChoice::Int64Param(7))),
-            step("acc", Some(ParameterChoice::StringParam("7".into()))),
-        ] {
-            assert!(turns.take(&other).after.is_none());
-        }
-    }
-
-    #[test]
-    fn requests_outside_a_sequence_wait_for_none() {
-        let mut turns = SequenceTurns::default();
-        for id in [None, Some(ParameterChoice::Int64Param(0))] {
-            let request = step("acc", id.clone());
-            let (first, second) = (turns.take(&request), turns.take(&request));
-            assert!(first.turn.is_none() && second.after.is_none());
-        }
-        assert!(turns.latest.is_empty());
-    }
-
-    #[test]
-    fn ended_sequences_are_forgotten() {
-        let mut turns = SequenceTurns::default();
-        let live: Vec<Turn> = (1..=40)
-            .map(|id| turns.take(&step("acc", Some(ParameterChoice::Int64Param(id)))))
-            .collect();
-        for id in 41..=200 {
-            drop(turns.take(&step("acc", Some(ParameterChoice::Int64Param(id)))));
-        }
-        // The ended ones went at each pruning; the 40 live ones stayed.
-        assert!(turns.latest.len() < 40 + 64, "{}", turns.latest.len());
-        assert!((1..=40).all(|id| turns.latest.contains_key(&(
-            "acc".into(),
-            String::new(),
-            id.to_string()
-        ))));
-        drop(live);
     }
 }

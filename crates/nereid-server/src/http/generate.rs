@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use nereid_core::{DataType, Error, InferResponse};
-use nereid_engine::{Answer, Engine, ResponseStream};
+use nereid_engine::{Answer, Call, Engine, ResponseStream};
 use nereid_protocol::rest::{GenerateInput, decode_generate_request, encode_generate_response};
 
 use super::{ApiError, ModelPath, error_response};
@@ -110,7 +110,7 @@ async fn start(
         })
         .collect();
     let request = decode_generate_request(&path.model, path.named.clone(), body, &inputs)?;
-    engine.infer_any(request).await
+    engine.infer(request, Call::stream()).await
 }
 
 async fn collect(stream: ResponseStream) -> Vec<Result<InferResponse, Error>> {

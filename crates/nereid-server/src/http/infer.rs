@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use nereid_core::model_config::ModelConfig;
 use nereid_core::routing::ROUTING_HEADER;
 use nereid_core::{Activity, Error, Trace};
-use nereid_engine::Engine;
+use nereid_engine::{Call, Engine};
 use nereid_protocol::rest::{
     DecodedRequest, EncodedResponse, HEADER_CONTENT_LENGTH, decode_infer_request,
     decode_raw_infer_request, encode_infer_response, inference_header_length,
@@ -20,6 +20,9 @@ use nereid_protocol::rest::{
 use super::compression::{Encoding, compress, refuse_unknown_encoding, response_encoding};
 use super::{ApiError, ModelPath};
 use crate::trace::{TracedBody, Tracer};
+
+/// What Triton answers an HTTP inference on a decoupled model.
+const DECOUPLED: &str = "HTTP end point doesn't support models with decoupled transaction policy";
 
 /// What the infer route needs.
 #[derive(Clone, Debug)]
@@ -41,10 +44,7 @@ pub async fn infer(
 ) -> Result<Response, ApiError> {
     let config = state.engine.model_config(&path.model, path.version)?;
     if config.model_transaction_policy.is_some_and(|p| p.decoupled) {
-        return Err(nereid_core::Error::unsupported(
-            "HTTP end point doesn't support models with decoupled transaction policy",
-        )
-        .into());
+        return Err(nereid_core::Error::unsupported(DECOUPLED).into());
     }
     if let Some(refusal) = refuse_unknown_encoding(request.headers()) {
         return Ok(refusal);
@@ -73,7 +73,8 @@ pub async fn infer(
         decoded.request.routing.routing_key.get_or_insert(key);
     }
     // Dropping this future (the client went away) abandons the request.
-    let response = state.engine.infer(decoded.request).await?;
+    let call = Call::one_refusing(DECOUPLED);
+    let response = state.engine.infer(decoded.request, call).await?.one()?;
     if let Some(trace) = &trace {
         trace.record(Activity::InferResponseComplete);
     }

@@ -36,7 +36,7 @@ use axum::http::{Method, StatusCode, Uri};
 use axum::routing::{get, post};
 use axum::serve::ListenerExt;
 use nereid_core::InferRequest;
-use nereid_engine::{Answer, Engine};
+use nereid_engine::{Answer, Call, Engine};
 use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
 
@@ -85,7 +85,7 @@ impl OpenAi {
 
     async fn infer(&self, request: InferRequest) -> Result<Answer, ApiError> {
         self.engine
-            .infer_any(request)
+            .infer(request, Call::stream())
             .await
             .map_err(|e| ApiError::engine(&e))
     }
