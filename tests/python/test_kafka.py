@@ -150,7 +150,7 @@ def test_an_ensemble_route_answers_through_its_steps(broker, tmp_path):
 
 
 def labelled_model(root):
-    """`ab`: version 1 adds, version 2 subtracts, labelled stable and canary."""
+    """`ab`: version 1 adds, version 2 multiplies, labelled stable and canary."""
     shutil.copytree(REPO_ROOT / "model_repository" / "add_sub_versions", root / "ab")
     config = root / "ab" / "config.pbtxt"
     config.write_text(config.read_text().replace('"add_sub_versions"', '"ab"'))
@@ -173,7 +173,7 @@ def test_a_route_names_its_version_by_a_label(broker, tmp_path):
         answer = json.loads(message.value())
         assert answer["model_version"] == "2"
         outputs = {o["name"]: o["data"] for o in answer["outputs"]}
-        assert outputs["OUTPUT0"] == [4, 3, 2, 1]
+        assert outputs["OUTPUT0"] == [5, 10, 15, 20]
     finally:
         assert stop_server(server) == 0, server.log()
 

@@ -31,7 +31,7 @@ PERF_ANALYZER = REPO_ROOT / ".tools" / "perf_analyzer" / "perf_analyzer.sh"
 # as 8 or 12 % over 10,000 requests) still gives 44 and fails it.
 CHI2_1DF = 23.93
 
-# Version 1 adds, version 2 subtracts: the answer says which version gave it.
+# Version 1 adds, version 2 multiplies: the answer says which version gave it.
 AB = REPO_ROOT / "model_repository" / "add_sub_versions"
 
 PY_CONFIG = """
@@ -139,7 +139,7 @@ def ab_inputs(module):
 
 
 def version_of(result) -> int:
-    """1 when the answer is a sum, 2 when it is a difference."""
+    """1 when the answer is a sum, 2 when it is a product."""
     out = result.as_numpy("OUTPUT0")
     return 1 if out[0] == 6 else 2
 
