@@ -16,7 +16,7 @@ use nereid_core::{
 };
 use nereid_engine::{Answer, Call, Engine, EngineOptions, ModelControl};
 
-use crate::model_control::{self, Param};
+use nereid_edge::model_control::{self, Param};
 
 /// What the backends are made with (`--onnxruntime-library`,
 /// `--backend-config python,python-path=...`).

@@ -24,7 +24,7 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 /// Runs the job `args` describe; the summary (or the reason it could not
 /// run) goes to stderr. Returns the exit status.
 pub fn main(args: BatchArgs) -> i32 {
-    if let Err(e) = crate::logging::install_stderr(&args.log_settings()) {
+    if let Err(e) = nereid_edge::logging::install_stderr(&args.log_settings()) {
         eprintln!("nereid batch: {e:#}");
         return EXIT_NOT_RUN;
     }

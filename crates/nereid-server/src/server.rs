@@ -7,17 +7,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backends::{self, BackendSettings};
-use crate::info;
-use crate::limits::{ConnectionLimit, Limits};
-use crate::logging::LogControl;
 use crate::metrics::MetricsOptions;
-use crate::openai::{OpenAi, OpenAiEndpoint};
-use crate::restricted::Restrictions;
-use crate::tls::{EndpointTls, ServerTls};
-use crate::trace::{TraceOptions, Tracer};
 use anyhow::Context;
+use nereid_edge::info;
+use nereid_edge::limits::{ConnectionLimit, Limits};
+use nereid_edge::logging::LogControl;
+use nereid_edge::restricted::Restrictions;
+use nereid_edge::tls::{EndpointTls, ServerTls};
+use nereid_edge::{Endpoint, Frontend};
 use nereid_engine::{Engine, EngineOptions, LoadFailure, ModelControl};
 use nereid_kafka::{Kafka, KafkaConfig};
+use nereid_openai::{OpenAi, OpenAiEndpoint};
+use nereid_trace::{TraceOptions, Tracer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -64,24 +65,6 @@ pub struct ServerConfig {
 pub struct RestrictedApis {
     pub http: Restrictions,
     pub grpc: Restrictions,
-}
-
-/// What the HTTP and gRPC frontends serve with.
-#[derive(Debug, Clone)]
-pub(crate) struct Frontend {
-    pub engine: Engine,
-    pub log: LogControl,
-    pub tracer: Tracer,
-    pub limits: Limits,
-    pub restrictions: Restrictions,
-}
-
-/// A frontend's bound socket, the cap on its connections, and its TLS.
-#[derive(Debug)]
-pub(crate) struct Endpoint {
-    pub listener: TcpListener,
-    pub connections: ConnectionLimit,
-    pub tls: Option<ServerTls>,
 }
 
 /// A started server; drop it or call [`RunningServer::shutdown`] to stop.
@@ -156,7 +139,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         Some(addr) => {
             let listener = bind(addr, HTTP, config.tls.http.as_ref()).await?;
             let local = listener.local_addr()?;
-            frontends.push(tokio::spawn(crate::http::serve(
+            frontends.push(tokio::spawn(nereid_http::serve(
                 frontend(config.restricted.http.clone()),
                 Endpoint {
                     listener,
@@ -173,7 +156,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         Some(addr) => {
             let listener = bind(addr, GRPC, config.tls.grpc.as_ref()).await?;
             let local = listener.local_addr()?;
-            frontends.push(tokio::spawn(crate::grpc::serve(
+            frontends.push(tokio::spawn(nereid_grpc::serve(
                 frontend(config.restricted.grpc.clone()),
                 Endpoint {
                     listener,
@@ -205,7 +188,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         Some(openai) => {
             let listener = bind(openai.address, OPENAI, None).await?;
             let local = listener.local_addr()?;
-            frontends.push(tokio::spawn(crate::openai::serve(
+            frontends.push(tokio::spawn(nereid_openai::serve(
                 OpenAi::new(engine.clone(), config.engine.repositories.clone()),
                 openai.api_key.clone(),
                 config.limits.http_max_input_bytes,

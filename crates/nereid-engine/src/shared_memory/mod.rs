@@ -12,6 +12,10 @@ use std::sync::Arc;
 
 use nereid_core::Error;
 use nereid_device::{DeviceError, Devices};
+
+/// The size of a CUDA IPC memory handle (`cudaIpcMemHandle_t`), for the
+/// frontends that decode one.
+pub use nereid_device::IPC_HANDLE_BYTES;
 use parking_lot::Mutex;
 
 use cuda::CudaRegion;

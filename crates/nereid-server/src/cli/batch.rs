@@ -13,7 +13,7 @@ use super::devices::DeviceFlags;
 use super::repositories::{Repositories, RepositoryArg, open_repositories, parse_repository};
 use super::settings::python_path;
 use crate::backends::BackendSettings;
-use crate::logging::LogSettings;
+use nereid_edge::logging::LogSettings;
 
 /// Run one model over the records of a file and write one result per
 /// record, in input order (docs/batch.md). Exit status: 0 when every

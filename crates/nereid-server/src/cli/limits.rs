@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::limits::Limits;
+use nereid_edge::limits::Limits;
 
 #[derive(Debug, clap::Args)]
 pub struct LimitFlags {
@@ -75,7 +75,7 @@ mod tests {
     use clap::Parser;
 
     use crate::cli::Args;
-    use crate::limits::Limits;
+    use nereid_edge::limits::Limits;
 
     #[test]
     fn defaults_and_flags() {

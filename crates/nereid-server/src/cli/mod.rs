@@ -9,8 +9,8 @@ use clap::builder::BoolishValueParser;
 use clap::{Parser, ValueEnum};
 use nereid_engine::{ControlMode, EngineOptions, ModelControl};
 
-use crate::logging::{LogFormat, LogSettings};
 use crate::server::ServerConfig;
+use nereid_edge::logging::{LogFormat, LogSettings};
 
 mod batch;
 mod cache;

@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use clap::Args;
 
-use crate::openai::{ApiKey, OpenAiEndpoint};
+use nereid_openai::{ApiKey, OpenAiEndpoint};
 
 #[derive(Debug, Args)]
 pub struct OpenAiFlags {

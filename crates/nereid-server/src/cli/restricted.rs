@@ -1,7 +1,7 @@
 //! tritonserver's restricted API flags.
 
-use crate::restricted::{Protocol, Restrictions};
 use crate::server::RestrictedApis;
+use nereid_edge::restricted::{Protocol, Restrictions};
 
 #[derive(Debug, clap::Args)]
 pub struct RestrictedFlags {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::builder::BoolishValueParser;
 
-use crate::tls::{EndpointTls, PemFile, ServerTls, TlsFiles};
+use nereid_edge::tls::{EndpointTls, PemFile, ServerTls, TlsFiles};
 
 #[derive(Debug, clap::Args)]
 pub struct TlsFlags {

@@ -2,8 +2,8 @@
 //! global settings, `<mode>,<setting>=<value>` for a mode's own), and the
 //! older `--trace-*` flags it replaced.
 
-use crate::trace::settings::parse_level_flag;
-use crate::trace::{TraceMode, TraceOptions};
+use nereid_trace::settings::parse_level_flag;
+use nereid_trace::{TraceMode, TraceOptions};
 
 /// tritonserver's deprecated tracing flags, still accepted.
 #[derive(Debug, Default, clap::Args)]
