@@ -299,8 +299,8 @@ class InferenceRequest:
         current = self._bls_runtime()
         result = []
 
-        def deliver(responses):
-            result.append(responses)
+        def deliver(parts):
+            result.append(_responses(parts))
 
         current.start_bls(self, deliver, decoupled)
         current.inbox.wait(result.__len__)
@@ -318,7 +318,8 @@ class InferenceRequest:
             if not future.done():
                 future.set_result(response)
 
-        def deliver(responses):
+        def deliver(parts):
+            responses = _responses(parts)
             response = _AsyncResponses(responses) if decoupled else responses[0]
             delivered.append(response)
             loop.call_soon_threadsafe(settle, response)
@@ -330,6 +331,12 @@ class InferenceRequest:
             # waits for the answer, reading if no other thread does.
             loop.run_in_executor(None, current.inbox.wait, delivered.__len__)
         return future
+
+
+def _responses(parts):
+    """The InferenceResponses of a BLS answer, from the (outputs, error,
+    parameters) triples the runtime delivers."""
+    return [InferenceResponse._from_parts(*part) for part in parts]
 
 
 def _text(value):

@@ -297,11 +297,11 @@ class Runtime:
 
     def start_bls(self, request, deliver, decoupled=False):
         """Write the request's inputs to the arena and send a `bls` frame.
-        `deliver(responses)` is called exactly once, with a list of
-        InferenceResponses (one, unless `decoupled`): by the thread that
-        reads the answer, or from here if sending fails."""
-        from .inference import InferenceResponse
-
+        `deliver(parts)` is called exactly once, with a list of responses
+        (one, unless `decoupled`), each as (output Tensors, TritonError or
+        None, parameters): by the thread that reads the answer, or from here
+        if sending fails. The caller makes pb_utils responses of them, so
+        that this module needs none of inference.py, which imports it."""
         tag = None
         block = None
         try:
@@ -320,19 +320,17 @@ class Runtime:
             if owned:
                 if block is not None:
                     self.arena.free(block)
-                deliver([InferenceResponse._from_parts([], TritonError(str(error)), {})])
+                deliver([([], TritonError(str(error)), {})])
 
     def finish_bls(self, tag, payload):
         """Handle a `bls_response` (reading thread): copy the outputs out of
         the server's file, tell the server it may reuse that memory
         (`bls_release`), then hand the responses to the waiting caller."""
-        from .inference import InferenceResponse
-
         with self._lock:
             entry = self._pending.pop(tag, None)
         if entry is None:
             self.log("error", f"bls_response for unknown tag {tag!r} ignored", __file__, 0)
-            responses = None
+            parts = None
         else:
             deliver, block = entry
             self.arena.free(block)
@@ -343,13 +341,12 @@ class Runtime:
                     parts = [self._decode_bls_response(payload)]
             except Exception as error:
                 parts = [([], TritonError(f"Nereid could not read the BLS response: {error}"), {})]
-            responses = [InferenceResponse._from_parts(*part) for part in parts]
         try:
             self.writer.send({"op": "bls_release", "tag": tag})
         except ChannelClosed:
             pass
-        if responses is not None:
-            deliver(responses)
+        if parts is not None:
+            deliver(parts)
 
     def _decode_bls_response(self, payload):
         if not isinstance(payload, dict):
@@ -371,13 +368,11 @@ class Runtime:
     def close(self, reason):
         """The server is gone (end of input): fail every BLS call in flight,
         and any started later, with `reason`."""
-        from .inference import InferenceResponse
-
         with self._lock:
             self._closed_reason = reason
             pending, self._pending = self._pending, {}
             calls, self._calls = self._calls, {}
         for deliver, _block in pending.values():
-            deliver([InferenceResponse._from_parts([], TritonError(reason), {})])
+            deliver([([], TritonError(reason), {})])
         for slot in calls.values():
             slot.append({"error": {"message": reason}})
