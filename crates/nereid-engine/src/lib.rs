@@ -13,7 +13,6 @@
 //! beside the serving one and swapped in when ready.
 
 mod batch;
-pub mod cache;
 mod classify;
 mod ensemble;
 mod job;
@@ -44,6 +43,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+pub use nereid_cache as cache;
 use nereid_core::custom_metrics::CustomMetrics;
 use nereid_core::model_config::ModelConfig;
 use nereid_core::{Backend, Error, InferRequest, InferResponse};

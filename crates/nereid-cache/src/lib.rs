@@ -17,7 +17,11 @@ mod encoding;
 mod local;
 mod redis;
 
+use std::fmt;
+use std::sync::Arc;
+
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use nereid_core::{DataType, InferRequest, InferResponse, Parameters};
 
 pub use self::redis::{ConnectError, RedisCache, RedisHealth, RedisOptions, RedisTls};
@@ -43,22 +47,48 @@ pub enum CacheConfig {
     Redis(Box<RedisOptions>),
 }
 
+/// Where answers are kept: one implementation per kind of cache (the
+/// local one, Redis). The engine sees a cache only through this trait.
+pub trait Store: fmt::Debug + Send + Sync {
+    /// Makes sure the store can be used (a Redis cache connects and
+    /// answers a PING), or says why not.
+    fn connect(&self) -> BoxFuture<'_, Result<(), ConnectError>>;
+
+    /// The store's state now, for the metrics endpoint.
+    fn usage(&self) -> CacheUsage;
+
+    /// The part of the store for one loaded version of `model`.
+    fn scope(&self, model: &str, version: i64) -> Box<dyn ScopeStore>;
+}
+
+/// One loaded version's part of a [`Store`].
+pub trait ScopeStore: fmt::Debug + Send + Sync {
+    /// The scope's number in a key: a local scope's own, 0 where keys
+    /// name the model and version instead.
+    fn id(&self) -> u64;
+
+    /// The answer stored under `key`, if any; a store that cannot be read
+    /// has none.
+    fn get<'a>(&'a self, key: &'a CacheKey) -> BoxFuture<'a, Option<InferResponse>>;
+
+    /// Stores `response` under `key`; a store that cannot be written stays
+    /// as it was.
+    fn insert<'a>(&'a self, key: CacheKey, response: &'a InferResponse) -> BoxFuture<'a, ()>;
+}
+
 /// The server's one response cache, shared by every model that enables it.
 /// Cheap to clone; clones share everything.
 #[derive(Debug, Clone)]
-pub enum ResponseCache {
-    Local(LocalCache),
-    Redis(RedisCache),
-}
+pub struct ResponseCache(Arc<dyn Store>);
 
 impl ResponseCache {
     /// The cache `config` asks for. A Redis cache connects in the
     /// background, or at [`ResponseCache::connect`].
     pub fn new(config: &CacheConfig) -> ResponseCache {
         match config {
-            CacheConfig::Local { bytes } => ResponseCache::Local(LocalCache::new(*bytes)),
+            CacheConfig::Local { bytes } => ResponseCache(Arc::new(LocalCache::new(*bytes))),
             CacheConfig::Redis(options) => {
-                ResponseCache::Redis(RedisCache::new(RedisOptions::clone(options)))
+                ResponseCache(Arc::new(RedisCache::new(RedisOptions::clone(options))))
             }
         }
     }
@@ -67,30 +97,17 @@ impl ResponseCache {
     /// answers a PING, or says why not (tritonserver does not start
     /// without its Redis either).
     pub async fn connect(&self) -> Result<(), ConnectError> {
-        match self {
-            ResponseCache::Local(_) => Ok(()),
-            ResponseCache::Redis(cache) => cache.connect().await,
-        }
+        self.0.connect().await
     }
 
     /// The cache's state now, for the metrics endpoint.
     pub fn usage(&self) -> CacheUsage {
-        match self {
-            ResponseCache::Local(cache) => CacheUsage::Local(cache.usage()),
-            ResponseCache::Redis(cache) => CacheUsage::Redis(cache.health()),
-        }
+        self.0.usage()
     }
 
     /// A scope for one loaded version of `model`.
     pub fn scope(&self, model: &str, version: i64) -> CacheScope {
-        match self {
-            ResponseCache::Local(cache) => CacheScope::Local(cache.scope()),
-            ResponseCache::Redis(cache) => CacheScope::Redis {
-                cache: cache.clone(),
-                model: model.to_string(),
-                version,
-            },
-        }
+        CacheScope(self.0.scope(model, version))
     }
 }
 
@@ -113,56 +130,25 @@ pub struct LocalUsage {
 
 /// One loaded version's part of the cache.
 #[derive(Debug)]
-pub enum CacheScope {
-    Local(local::LocalScope),
-    Redis {
-        cache: RedisCache,
-        model: String,
-        version: i64,
-    },
-}
+pub struct CacheScope(Box<dyn ScopeStore>);
 
 impl CacheScope {
     /// The key of `request` (which must already be validated) in this
     /// scope. It shares the request's input data.
     pub fn key(&self, request: &InferRequest) -> CacheKey {
-        let scope = match self {
-            CacheScope::Local(scope) => scope.id(),
-            // Redis keys name the model and version instead.
-            CacheScope::Redis { .. } => 0,
-        };
-        CacheKey::new(scope, request)
+        CacheKey::new(self.0.id(), request)
     }
 
     /// The answer stored under `key`, if any; a cache that cannot be read
     /// has none.
     pub async fn get(&self, key: &CacheKey) -> Option<InferResponse> {
-        match self {
-            CacheScope::Local(scope) => scope.get(key),
-            CacheScope::Redis {
-                cache,
-                model,
-                version,
-            } => cache.get(&encoding::redis_key(model, *version, key)).await,
-        }
+        self.0.get(key).await
     }
 
     /// Stores `response` under `key`; a cache that cannot be written
     /// stays as it was.
     pub async fn insert(&self, key: CacheKey, response: &InferResponse) {
-        match self {
-            CacheScope::Local(scope) => scope.insert(key, response),
-            CacheScope::Redis {
-                cache,
-                model,
-                version,
-            } => {
-                let redis_key = encoding::redis_key(model, *version, &key);
-                cache
-                    .set(redis_key, encoding::encode_response(response))
-                    .await;
-            }
-        }
+        self.0.insert(key, response).await;
     }
 }
 
@@ -237,6 +223,23 @@ fn parameters_text(parameters: &Parameters, skip: &[&str]) -> String {
 pub(crate) mod tests {
     use super::*;
     use nereid_core::{InputTensor, Parameter, RequestedOutput};
+
+    /// An answer of model `m` version 1: one UINT8 output holding `data`.
+    pub fn uint8_response(data: Vec<u8>) -> InferResponse {
+        InferResponse {
+            model_name: "m".into(),
+            model_version: 1,
+            id: String::new(),
+            outputs: vec![nereid_core::Tensor {
+                name: "OUT".into(),
+                datatype: DataType::Uint8,
+                shape: vec![data.len() as i64],
+                data: Bytes::from(data),
+            }],
+            parameters: Parameters::new(),
+            in_shared_memory: Vec::new(),
+        }
+    }
 
     pub(crate) fn request(data: &[u8]) -> InferRequest {
         InferRequest {

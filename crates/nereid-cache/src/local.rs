@@ -9,7 +9,9 @@ use bytes::Bytes;
 use moka::sync::Cache;
 use nereid_core::InferResponse;
 
-use super::{CacheKey, LocalUsage};
+use futures::future::BoxFuture;
+
+use super::{CacheKey, CacheUsage, ConnectError, LocalUsage, ScopeStore, Store};
 
 /// Bytes counted for an entry beyond its tensors' data.
 const ENTRY_OVERHEAD: usize = 256;
@@ -67,6 +69,37 @@ impl LocalCache {
     }
 }
 
+impl Store for LocalCache {
+    fn connect(&self) -> BoxFuture<'_, Result<(), ConnectError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn usage(&self) -> CacheUsage {
+        CacheUsage::Local(LocalCache::usage(self))
+    }
+
+    /// Each loaded version has a scope of its own, so a reload never
+    /// answers from the version it replaced.
+    fn scope(&self, _model: &str, _version: i64) -> Box<dyn ScopeStore> {
+        Box::new(LocalCache::scope(self))
+    }
+}
+
+impl ScopeStore for LocalScope {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn get<'a>(&'a self, key: &'a CacheKey) -> BoxFuture<'a, Option<InferResponse>> {
+        Box::pin(std::future::ready(LocalScope::get(self, key)))
+    }
+
+    fn insert<'a>(&'a self, key: CacheKey, response: &'a InferResponse) -> BoxFuture<'a, ()> {
+        LocalScope::insert(self, key, response);
+        Box::pin(std::future::ready(()))
+    }
+}
+
 /// One loaded version's part of the local cache.
 #[derive(Debug)]
 pub struct LocalScope {
@@ -75,10 +108,6 @@ pub struct LocalScope {
 }
 
 impl LocalScope {
-    pub(super) fn id(&self) -> u64 {
-        self.id
-    }
-
     pub(super) fn get(&self, key: &CacheKey) -> Option<InferResponse> {
         self.cache
             .entries
@@ -124,8 +153,8 @@ fn response_bytes(response: &InferResponse) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::tests::request;
-    use crate::test_support::uint8_response;
+    use crate::tests::request;
+    use crate::tests::uint8_response;
 
     fn key(scope: &LocalScope, data: &[u8]) -> CacheKey {
         CacheKey::new(scope.id, &request(data))

@@ -27,7 +27,10 @@ use redis::{
 };
 use tokio::runtime::Handle;
 
-use super::encoding::decode_response;
+use futures::future::BoxFuture;
+
+use super::encoding::{decode_response, encode_response, redis_key};
+use super::{CacheKey, CacheUsage, ScopeStore, Store};
 
 /// The first wait before connecting again after a failure.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
@@ -166,6 +169,53 @@ enum Operation {
     Get,
     Set,
     Connect,
+}
+
+impl Store for RedisCache {
+    fn connect(&self) -> BoxFuture<'_, Result<(), ConnectError>> {
+        Box::pin(RedisCache::connect(self))
+    }
+
+    fn usage(&self) -> CacheUsage {
+        CacheUsage::Redis(self.health())
+    }
+
+    /// Keys name the model and version, which every replica shares.
+    fn scope(&self, model: &str, version: i64) -> Box<dyn ScopeStore> {
+        Box::new(RedisScope {
+            cache: self.clone(),
+            model: model.to_string(),
+            version,
+        })
+    }
+}
+
+/// One loaded version's keys in Redis.
+#[derive(Debug)]
+struct RedisScope {
+    cache: RedisCache,
+    model: String,
+    version: i64,
+}
+
+impl ScopeStore for RedisScope {
+    fn id(&self) -> u64 {
+        0
+    }
+
+    fn get<'a>(&'a self, key: &'a CacheKey) -> BoxFuture<'a, Option<InferResponse>> {
+        Box::pin(async move {
+            let key = redis_key(&self.model, self.version, key);
+            self.cache.get(&key).await
+        })
+    }
+
+    fn insert<'a>(&'a self, key: CacheKey, response: &'a InferResponse) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let key = redis_key(&self.model, self.version, &key);
+            self.cache.set(key, encode_response(response)).await;
+        })
+    }
 }
 
 impl RedisCache {

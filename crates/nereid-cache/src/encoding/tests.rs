@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::cache::tests::request;
+use crate::tests::request;
 
 fn key_of(model: &str, version: i64, data: &[u8]) -> String {
     redis_key(model, version, &CacheKey::new(7, &request(data)))
@@ -102,7 +102,7 @@ proptest! {
 
 #[test]
 fn a_value_of_another_layout_is_no_answer() {
-    let mut value = encode_response(&crate::test_support::uint8_response(vec![1, 2]));
+    let mut value = encode_response(&crate::tests::uint8_response(vec![1, 2]));
     value[3] = b'2';
     assert_eq!(decode_response(Bytes::from(value)), None);
 }

@@ -6,8 +6,8 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 
 use super::*;
-use crate::cache::encoding::encode_response;
-use crate::test_support::uint8_response;
+use crate::encoding::encode_response;
+use crate::tests::uint8_response;
 
 /// A redis-server of this test's own; killed when dropped.
 struct Server {
