@@ -15,10 +15,6 @@ use nereid_ensemble::{Composer, Composing, StepFuture, StepStream};
 use crate::registry::Registry;
 use crate::{Engine, Inner};
 
-/// Steps an ensemble may nest through other ensembles before the engine
-/// stops following them (cycles are refused at load; this is a backstop).
-const MAX_NESTING: usize = 32;
-
 /// The engine seen by an ensemble's steps. Weak, so that a loaded
 /// ensemble held by the registry does not keep the engine alive.
 pub(crate) struct EngineComposer {
@@ -291,28 +287,4 @@ fn composing(registry: &Registry, model: &str, version: i64) -> Composing {
         },
         (None, _) => Composing::VersionNotLoaded,
     }
-}
-
-/// Checks that every model an ensemble's steps use (through nested
-/// ensembles too) is ready; the error names the first that is not.
-pub(crate) fn check_composing_ready(
-    registry: &Registry,
-    ensemble: &str,
-    models: &[(String, Option<i64>)],
-    depth: usize,
-) -> Result<(), Error> {
-    for (model, version) in models {
-        let step = registry.resolve_own(model, *version).map_err(|e| {
-            Error::unavailable(format!(
-                "ensemble '{ensemble}' is not ready: composing model '{model}' is not: {}",
-                e.message()
-            ))
-        })?;
-        if let Some(nested) = step.composing_models()
-            && depth < MAX_NESTING
-        {
-            check_composing_ready(registry, model, nested, depth + 1)?;
-        }
-    }
-    Ok(())
 }

@@ -213,7 +213,7 @@ impl Registry {
     pub fn resolve(&self, name: &str, version: Option<i64>) -> Result<Arc<LoadedVersion>, Error> {
         let loaded = self.resolve_own(name, version)?;
         if let Some(models) = loaded.composing_models() {
-            crate::ensemble::check_composing_ready(self, name, models, 0)?;
+            check_composing_ready(self, name, models, 0)?;
         }
         Ok(loaded)
     }
@@ -316,6 +316,34 @@ fn unknown_model(name: &str, version: Option<i64>) -> String {
         Some(v) => format!("Request for unknown model: '{name}' version {v} is not found"),
         None => format!("Request for unknown model: '{name}' is not found"),
     }
+}
+
+/// Steps an ensemble may nest through other ensembles before the engine
+/// stops following them (cycles are refused at load; this is a backstop).
+const MAX_NESTING: usize = 32;
+
+/// Checks that every model an ensemble's steps use (through nested
+/// ensembles too) is ready; the error names the first that is not.
+fn check_composing_ready(
+    registry: &Registry,
+    ensemble: &str,
+    models: &[(String, Option<i64>)],
+    depth: usize,
+) -> Result<(), Error> {
+    for (model, version) in models {
+        let step = registry.resolve_own(model, *version).map_err(|e| {
+            Error::unavailable(format!(
+                "ensemble '{ensemble}' is not ready: composing model '{model}' is not: {}",
+                e.message()
+            ))
+        })?;
+        if let Some(nested) = step.composing_models()
+            && depth < MAX_NESTING
+        {
+            check_composing_ready(registry, model, nested, depth + 1)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -22,10 +22,10 @@ use tonic::transport::Server;
 
 use health::HealthService;
 use nereid_edge::handshake::Handshaken;
+use nereid_edge::handshake::TlsListener;
 use nereid_edge::limits::Limits;
 use nereid_edge::logging::LogControl;
 use nereid_edge::restricted::{ApiGroup, Protocol, RestrictLayer, refusal};
-use nereid_edge::tls::TlsListener;
 use nereid_edge::{Endpoint, Frontend};
 use nereid_trace::Tracer;
 use service::InferenceService;

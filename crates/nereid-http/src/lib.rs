@@ -32,10 +32,10 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::decompression::RequestDecompressionLayer;
 use tower_http::timeout::TimeoutBody;
 
+use nereid_edge::handshake::TlsListener;
 use nereid_edge::limits::Limits;
 use nereid_edge::logging::LogControl;
 use nereid_edge::restricted::{ApiGroup, Protocol, RestrictLayer, Restrictions, refusal};
-use nereid_edge::tls::TlsListener;
 use nereid_edge::{Endpoint, Frontend};
 use nereid_trace::Tracer;
 use threads::ConnectionThreads;
@@ -89,6 +89,7 @@ pub fn router(
         .nest("/v2/models/{model}", model_routes.clone())
         .nest("/v2/models/{model}/versions/{version}", model_routes)
         .merge(shared_memory::routes())
+        .merge(cuda_shared_memory::routes("/v2/cudasharedmemory"))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(CatchPanicLayer::custom(panic_response))

@@ -1,5 +1,5 @@
 //! The system shared memory extension over HTTP (`/v2/systemsharedmemory`);
-//! the CUDA one's routes are in [`super::cuda_shared_memory`]. Register
+//! the CUDA one's routes are in `cuda_shared_memory.rs`. Register
 //! bodies are checked field by field so that a bad one gets Triton's
 //! message; Triton answers a malformed or mistyped body with 500, Nereid
 //! with 400, as for inference bodies.
@@ -17,12 +17,10 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::ApiError;
-use super::cuda_shared_memory;
 
 /// The shared memory routes, merged into the application's router.
 pub fn routes() -> Router<Engine> {
     let system = "/v2/systemsharedmemory";
-    let cuda = "/v2/cudasharedmemory";
     Router::new()
         .route(&format!("{system}/status"), get(status_all))
         .route(&format!("{system}/region/{{name}}/status"), get(status_one))
@@ -35,7 +33,6 @@ pub fn routes() -> Router<Engine> {
             post(unregister_one),
         )
         .route(&format!("{system}/unregister"), post(unregister_all))
-        .merge(cuda_shared_memory::routes(cuda))
 }
 
 /// A region as Triton's status lists it.

@@ -93,12 +93,11 @@ impl Kafka {
             stats,
             stopping: Default::default(),
         });
+        let deliveries: Weak<dyn producer::Deliveries> = Arc::downgrade(&shared) as Weak<Shared>;
         let producer =
-            producer::create(&shared.config, Arc::downgrade(&shared)).map_err(|source| {
-                StartError::Client {
-                    what: "producer",
-                    source,
-                }
+            producer::create(&shared.config, deliveries).map_err(|source| StartError::Client {
+                what: "producer",
+                source,
             })?;
         let _ = shared.producer.set(producer);
         let consumer = consumer::create(&shared, drain).map_err(|source| StartError::Client {

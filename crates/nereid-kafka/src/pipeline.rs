@@ -21,7 +21,7 @@ use rdkafka::producer::{BaseRecord, ThreadedProducer};
 use crate::config::{KafkaConfig, Ordering, Route};
 use crate::message::{self, Outgoing, Record, Stage};
 use crate::partition::{Lanes, Offsets};
-use crate::producer::{DeliveryContext, Sent};
+use crate::producer::{Deliveries, DeliveryContext, Sent};
 use crate::stats::Stats;
 
 /// How long a request the model could not take now (a full queue, a model
@@ -321,5 +321,16 @@ fn lane(route: &Route, record: &Record) -> u64 {
             hasher.finish() | 1
         }
         (Ordering::Key, None) => (record.offset as u64) << 1,
+    }
+}
+
+impl Deliveries for Shared {
+    fn report(
+        self: Arc<Self>,
+        result: Result<(), KafkaError>,
+        record: Arc<Record>,
+        outgoing: Outgoing,
+    ) {
+        self.delivered(result, record, outgoing);
     }
 }

@@ -11,7 +11,6 @@ use rdkafka::producer::{DeliveryResult, ProducerContext, ThreadedProducer};
 use crate::config::KafkaConfig;
 use crate::logs::{self, ErrorLog};
 use crate::message::{Outgoing, Record};
-use crate::pipeline::Shared;
 
 /// What a produced record carries to its delivery report.
 #[derive(Debug)]
@@ -20,12 +19,28 @@ pub(crate) struct Sent {
     pub outgoing: Outgoing,
 }
 
+/// Where delivery reports go: the pipeline, which marks the offsets.
+pub(crate) trait Deliveries: Send + Sync {
+    /// The broker's answer to `outgoing`, sent for `record`.
+    fn report(
+        self: Arc<Self>,
+        result: Result<(), KafkaError>,
+        record: Arc<Record>,
+        outgoing: Outgoing,
+    );
+}
+
 /// Routes delivery reports (on the producer's own polling thread) to the
 /// pipeline. Weak: the pipeline owns the producer.
-#[derive(Debug)]
 pub(crate) struct DeliveryContext {
-    pub shared: Weak<Shared>,
+    pub shared: Weak<dyn Deliveries>,
     pub errors: ErrorLog,
+}
+
+impl std::fmt::Debug for DeliveryContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeliveryContext").finish_non_exhaustive()
+    }
 }
 
 impl ClientContext for DeliveryContext {
@@ -50,7 +65,7 @@ impl ProducerContext for DeliveryContext {
             Err((error, _)) => Err(error.clone()),
         };
         let Sent { record, outgoing } = *sent;
-        shared.delivered(result, record, outgoing);
+        shared.report(result, record, outgoing);
     }
 }
 
@@ -59,7 +74,7 @@ impl ProducerContext for DeliveryContext {
 /// partition's records. The route file's `[producer]` table comes on top.
 pub(crate) fn create(
     config: &KafkaConfig,
-    shared: Weak<Shared>,
+    shared: Weak<dyn Deliveries>,
 ) -> KafkaResult<ThreadedProducer<DeliveryContext>> {
     let mut client = ClientConfig::new();
     client

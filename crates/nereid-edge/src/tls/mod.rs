@@ -18,8 +18,6 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::{VerifierBuilderError, WebPkiClientVerifier};
 use tokio_rustls::rustls::{self, RootCertStore};
 
-pub use crate::handshake::TlsListener;
-
 /// A PEM file and the flag that named it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PemFile {

@@ -2,7 +2,7 @@
 //! followed by raw tensor bytes (the binary tensor data extension). Binary
 //! inputs stay slices of the received body. Every size a client declares is
 //! checked against what was actually received before it is used. A body
-//! without a JSON header is a raw request (`super::raw_request`).
+//! without a JSON header is a raw request (`raw_request.rs`).
 
 use bytes::Bytes;
 use nereid_core::tensor::element_count;
