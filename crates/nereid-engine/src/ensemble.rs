@@ -11,6 +11,7 @@ use futures::StreamExt;
 use nereid_core::model_config::ModelConfig;
 use nereid_core::{Error, InferRequest, ModelVersion};
 use nereid_ensemble::{Composer, Composing, StepFuture, StepStream};
+use tracing::Instrument;
 
 use crate::registry::Registry;
 use crate::{Engine, Inner};
@@ -32,16 +33,25 @@ impl EngineComposer {
 impl Composer for EngineComposer {
     fn infer(&self, mut request: InferRequest) -> StepFuture {
         let inner = self.inner.upgrade();
-        Box::pin(async move {
+        let span = tracing::debug_span!(
+            "step",
+            model = %request.model_name,
+            version = tracing::field::Empty,
+            queue_us = tracing::field::Empty,
+            compute_us = tracing::field::Empty,
+        );
+        let run = async move {
             let inner = inner.ok_or_else(|| Error::unavailable("the server is shutting down"))?;
             // A step naming no version is routed by its model's traffic
             // settings, as a request from a client.
             let mut route = inner.traffic.route(&inner.registry.read(), &mut request)?;
+            tracing::Span::current().record("version", route.version.version);
             let watch = route.watch(&request);
             let mut result = route.version.infer(request).await;
             watch.finish(route.version.version, &mut result);
             result
-        })
+        };
+        Box::pin(run.instrument(span))
     }
 
     fn infer_stream(&self, request: InferRequest) -> StepStream {

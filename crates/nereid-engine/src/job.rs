@@ -10,7 +10,7 @@ use nereid_scheduler::{CorrelationId, OrderTicket, Pending, Placement, SequenceS
 use tokio::sync::{mpsc, oneshot};
 
 use crate::sequence::SequenceRequest;
-use crate::stats::{FailureReason, ModelStats, PendingMark};
+use crate::stats::{ComputeTimes, FailureReason, ModelStats, PendingMark};
 use crate::validate::ValidatedRequest;
 
 /// One response of a stream: a response or an error, or neither when the
@@ -71,6 +71,10 @@ pub struct Job {
     /// Sent by the server, not a client (a reaped sequence's last step):
     /// nobody waits for its answer and the statistics leave it out.
     pub detached: bool,
+    /// The request's span (the engine's `infer` span where it entered),
+    /// which its batch's span follows from and which gets its queue and
+    /// compute times.
+    pub span: tracing::Span,
 }
 
 impl Job {
@@ -93,6 +97,7 @@ impl Job {
             timeout,
             sequence: None,
             detached: false,
+            span: tracing::Span::current(),
         })
     }
 
@@ -127,7 +132,16 @@ impl Job {
                 placement: None,
             }),
             detached: true,
+            span: tracing::Span::none(),
         }
+    }
+
+    /// Gives the request's span its time in the queue and in compute.
+    pub fn record_times(&self, queue: Duration, compute: &ComputeTimes) {
+        let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.span.record("queue_us", micros(queue));
+        let total = compute.input + compute.infer + compute.output;
+        self.span.record("compute_us", micros(total));
     }
 
     /// The job leaves the pending count: an instance runs it now.

@@ -49,6 +49,7 @@ use nereid_core::model_config::ModelConfig;
 use nereid_core::{Backend, Error, InferRequest, InferResponse};
 use nereid_repository::Repository;
 use parking_lot::{Mutex, RwLock};
+use tracing::Instrument;
 
 pub use batch::split_rows;
 pub use job::Streamed;
@@ -397,12 +398,26 @@ impl Engine {
     /// as they are made, when the call takes one ([`Call::stream`]); any
     /// other model's answer comes whole. Shared memory outputs are for
     /// single answers only.
-    pub async fn infer(&self, mut request: InferRequest, call: Call) -> Result<Answer, Error> {
+    pub async fn infer(&self, request: InferRequest, call: Call) -> Result<Answer, Error> {
+        let span = tracing::debug_span!(
+            "infer",
+            model = %request.model_name,
+            version = tracing::field::Empty,
+            id = %request.id,
+            nested = call.nested,
+            queue_us = tracing::field::Empty,
+            compute_us = tracing::field::Empty,
+        );
+        self.infer_in(request, call).instrument(span).await
+    }
+
+    async fn infer_in(&self, mut request: InferRequest, call: Call) -> Result<Answer, Error> {
         if !call.nested && self.inner.stopping.load(Ordering::SeqCst) {
             return Err(Error::unavailable("the server is shutting down"));
         }
         let counted = InFlight::enter(&self.inner.in_flight);
         let route = self.route(&mut request)?;
+        tracing::Span::current().record("version", route.version.version);
         let decoupled = route.version.is_decoupled();
         let refusal = match call.takes {
             Takes::Stream if decoupled => return self.stream_on(route.version, request, counted),

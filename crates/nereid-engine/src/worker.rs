@@ -348,6 +348,8 @@ fn run_batch(
     if jobs.is_empty() {
         return Outcome::Ran;
     }
+    let span = batch_span(ctx, &jobs);
+    let _batch = span.enter();
     if let Some(request_wise) = instance.as_request_wise() {
         if let Some(setup) = ctx.sequence.as_deref() {
             for job in &mut jobs {
@@ -426,6 +428,15 @@ fn run_batch(
     }
     drop(permit);
     outcome
+}
+
+/// The span of one batch, which follows from its requests' spans.
+fn batch_span(ctx: &WorkerContext, jobs: &[Job]) -> tracing::Span {
+    let span = tracing::debug_span!("batch", model = %ctx.model_name, version = ctx.version, size = jobs.len());
+    for job in jobs {
+        span.follows_from(&job.span);
+    }
+    span
 }
 
 /// The rows of a sequence batch: each job's step (controls and state
@@ -537,6 +548,7 @@ fn answer(
         Ok(outputs) => {
             ctx.stats
                 .record_success(job.enqueued.elapsed(), started - job.enqueued, times);
+            job.record_times(started - job.enqueued, &times);
             let response = InferResponse {
                 model_name: ctx.model_name.clone(),
                 model_version: ctx.version,

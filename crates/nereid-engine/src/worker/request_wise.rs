@@ -199,6 +199,7 @@ fn end_stream(
         Ok(()) => {
             ctx.stats
                 .record_success(job.enqueued.elapsed(), stamps.started - job.enqueued, times);
+            job.record_times(stamps.started - job.enqueued, &times);
         }
         Err(e) => {
             ctx.stats
