@@ -130,7 +130,7 @@ impl Side {
         let id = self
             .metrics()?
             .family(name, description, kind)
-            .map_err(metric_error)?;
+            .map_err(Error::from)?;
         self.families.push(id);
         Ok(json!({"id": id.0}))
     }
@@ -146,7 +146,7 @@ impl Side {
         let id = self
             .metrics()?
             .metric(family, labels, buckets)
-            .map_err(metric_error)?;
+            .map_err(Error::from)?;
         Ok(json!({"id": id.0}))
     }
 
@@ -155,7 +155,7 @@ impl Side {
         let metrics = self.metrics()?;
         let action = frame["action"].as_str().unwrap_or_default();
         if action == "value" {
-            let value = metrics.value(metric).map_err(metric_error)?;
+            let value = metrics.value(metric).map_err(Error::from)?;
             return Ok(json!({"value": encode_number(value)}));
         }
         let value = number(&frame["value"])?;
@@ -169,7 +169,7 @@ impl Side {
                 )));
             }
         };
-        done.map_err(metric_error)?;
+        done.map_err(Error::from)?;
         Ok(json!({}))
     }
 
@@ -307,10 +307,6 @@ fn encode_number(value: f64) -> Value {
         v if v == f64::NEG_INFINITY => json!("-inf"),
         v => json!(v),
     }
-}
-
-fn metric_error(e: nereid_core::custom_metrics::MetricError) -> Error {
-    Error::new(e.kind(), e.to_string())
 }
 
 /// Answers the call `tag` on the worker's stdin (unless the worker is

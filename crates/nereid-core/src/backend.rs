@@ -79,6 +79,17 @@ pub enum BackendError {
     Request(Error),
 }
 
+impl From<BackendError> for Error {
+    /// A request's own failure keeps its kind; any other failure of the
+    /// backend is the server's.
+    fn from(e: BackendError) -> Self {
+        match e {
+            BackendError::Request(e) => e,
+            other => Error::internal(other.to_string()),
+        }
+    }
+}
+
 impl BackendError {
     /// The error a request's client sees: a request's own error as it is,
     /// any other as an internal error with its message.

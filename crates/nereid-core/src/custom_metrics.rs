@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use parking_lot::Mutex;
 
-use crate::ErrorKind;
+use crate::{Error, ErrorKind};
 
 /// Name prefixes of the server's own families.
 const RESERVED_PREFIXES: [&str; 2] = ["nv_", "nereid_"];
@@ -118,6 +118,12 @@ impl MetricError {
             }
             _ => ErrorKind::InvalidArgument,
         }
+    }
+}
+
+impl From<MetricError> for Error {
+    fn from(e: MetricError) -> Self {
+        Error::new(e.kind(), e.to_string())
     }
 }
 

@@ -89,10 +89,7 @@ impl Engine {
         let _serialized = lock.lock();
         self.model(model, None)?;
         let current = self.inner.traffic.state(model).unwrap_or_default();
-        let spec = current
-            .spec
-            .merged(model, update)
-            .map_err(|e| Error::invalid_argument(e.to_string()))?;
+        let spec = current.spec.merged(model, update)?;
         let registry = self.inner.registry.read();
         let state = self
             .inner
@@ -159,12 +156,10 @@ impl Engine {
         spec: Result<TrafficSpec, TrafficError>,
         stamp: Option<FileStamp>,
     ) {
-        let applied = spec
-            .map_err(|e| Error::invalid_argument(e.to_string()))
-            .and_then(|spec| {
-                let registry = self.inner.registry.read();
-                self.inner.traffic.apply(model, spec, stamp, &registry)
-            });
+        let applied = spec.map_err(Error::from).and_then(|spec| {
+            let registry = self.inner.registry.read();
+            self.inner.traffic.apply(model, spec, stamp, &registry)
+        });
         match applied {
             Ok(state) => {
                 tracing::info!(model, labels = ?state.spec.labels, "traffic settings applied from traffic.json");

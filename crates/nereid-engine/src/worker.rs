@@ -376,7 +376,7 @@ fn run_batch(
     let mut outcome = Outcome::Ran;
     let result = guarded(ctx, || instance.execute(&batch))
         .inspect_err(|_| outcome = Outcome::Panicked)
-        .and_then(|r| r.map_err(|e| Error::internal(e.to_string())));
+        .and_then(|r| r.map_err(Error::from));
     drop(batch);
     // The instance is free again: the batcher may send it the next batch
     // while this one is answered, and a client's next request, sent on

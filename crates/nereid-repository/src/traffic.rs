@@ -94,6 +94,12 @@ pub struct TrafficError {
     pub reason: String,
 }
 
+impl From<TrafficError> for nereid_core::Error {
+    fn from(e: TrafficError) -> Self {
+        nereid_core::Error::invalid_argument(e.to_string())
+    }
+}
+
 /// When a traffic file was last changed, to apply each change once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileStamp {

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use nereid_core::Error;
 use nereid_core::model_config::model_queue_policy::TimeoutAction as CfgTimeoutAction;
 use nereid_core::model_config::{ModelConfig, ModelQueuePolicy};
 
@@ -118,6 +119,13 @@ pub enum ConfigError {
         value: String,
         reason: &'static str,
     },
+}
+
+impl From<ConfigError> for Error {
+    /// A scheduling block the server cannot honour is the config's fault.
+    fn from(e: ConfigError) -> Self {
+        Error::invalid_argument(e.to_string())
+    }
 }
 
 impl BatcherConfig {

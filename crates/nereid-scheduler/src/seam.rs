@@ -213,7 +213,7 @@ pub fn plan(config: &ModelConfig) -> Result<Plan, Error> {
     match BatcherConfig::from_model_config(config) {
         Ok(Some(batcher)) => Ok(Plan::Dynamic(batcher)),
         Ok(None) => Ok(Plan::Direct),
-        Err(e) => Err(Error::invalid_argument(e.to_string())),
+        Err(e) => Err(e.into()),
     }
 }
 

@@ -86,10 +86,7 @@ pub(super) fn run_requests(
         executed,
     };
     for ((job, result), responder) in jobs.into_iter().zip(results).zip(responders) {
-        let outputs = result.map_err(|e| match e {
-            BackendError::Request(e) => e,
-            other => Error::internal(other.to_string()),
-        });
+        let outputs = result.map_err(Error::from);
         match responder {
             None => {
                 let outputs = outputs.and_then(|outputs| pick(&job.request.outputs, outputs));
