@@ -82,6 +82,36 @@ ensemble_scheduling { step [ {
 """
 
 
+# A Python model whose BLS call names `ab`'s version by a label.
+BLS_LABEL_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
+        { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+"""
+
+BLS_LABEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        answers = []
+        for r in requests:
+            call = pb_utils.InferenceRequest(
+                model_name="ab", model_version="canary", requested_output_names=["OUTPUT0"],
+                inputs=[pb_utils.get_input_tensor_by_name(r, "INPUT0"),
+                        pb_utils.get_input_tensor_by_name(r, "INPUT1")])
+            answer = call.exec()
+            if answer.has_error():
+                raise pb_utils.TritonModelException(answer.error().message())
+            answers.append(pb_utils.InferenceResponse(
+                [pb_utils.get_output_tensor_by_name(answer, "OUTPUT0")]))
+        return answers
+"""
+
+
 def python_model(root: Path, name: str, versions: dict[int, tuple[int, str]], traffic: dict):
     """A Python model whose version v adds versions[v][0] after running
     versions[v][1] (a statement: a wait, a raise)."""
@@ -116,6 +146,9 @@ def traffic_server(tmp_path_factory):
         "labels": {"stable": 1}, "split": {"stable": 1}}))
     (repo / "ab_pipeline" / "1").mkdir(parents=True)
     (repo / "ab_pipeline" / "config.pbtxt").write_text(ENSEMBLE)
+    (repo / "ab_bls" / "1").mkdir(parents=True)
+    (repo / "ab_bls" / "config.pbtxt").write_text(BLS_LABEL_CONFIG)
+    (repo / "ab_bls" / "1" / "model.py").write_text(BLS_LABEL)
     # The shadow version is held until the test opens its gate.
     python_model(repo, "shadowed", {1: (1, ""), 2: (2, f"wait_for({str(shadow_gate(tmp))!r})")},
                  {"split": {"1": 1}, "shadow": {"version": "2", "fraction": 1.0, "queue": 2}})
@@ -159,8 +192,10 @@ def test_labels_go_where_versions_go(traffic_server):
     rows = {(r["name"], r.get("version")): r for r in http.get_model_repository_index()}
     assert rows[("ab", "1")]["labels"] == ["stable"]
     assert rows[("ab", "2")]["labels"] == ["canary"]
-    # An ensemble step names its version by a label too.
+    # An ensemble step names its version by a label too, and so does a
+    # Python model's BLS call.
     assert version_of(http.infer("ab_pipeline", ab_inputs(httpclient))) == 2
+    assert version_of(http.infer("ab_bls", ab_inputs(httpclient))) == 2
     # An unknown label answers as an unknown version does.
     with pytest.raises(InferenceServerException, match="no version label 'beta'"):
         http.infer("ab", ab_inputs(httpclient), model_version="beta")

@@ -15,8 +15,8 @@
 //! little-endian tensors; `BYTES` elements go through byte-exact, NUL and
 //! 0xFF included.
 //!
-//! This crate depends on `nereid-core` only: it knows nothing of the wire
-//! protocols, the scheduler or the engine.
+//! This crate depends on `nereid-core` and `nereid-device` only: it knows
+//! nothing of the wire protocols, the scheduler or the engine.
 
 #[cfg(target_endian = "big")]
 compile_error!("tensor data is little-endian on the wire and is handed to ONNX Runtime as is");

@@ -203,7 +203,7 @@ impl Bls {
         Ok(InferRequest {
             model_name: r["model_name"].as_str().unwrap_or_default().to_owned(),
             id: r["request_id"].as_str().unwrap_or_default().to_owned(),
-            routing: call_routing(r),
+            routing: call_routing(r)?,
             inputs,
             outputs,
             parameters: call_parameters(&r["parameters"]),
@@ -214,9 +214,20 @@ impl Bls {
 
 /// A BLS request's routing facts: its version (a number, or a label for
 /// a model that has labels), correlation ID, flags and timeout.
-fn call_routing(r: &Value) -> Routing {
+fn call_routing(r: &Value) -> Result<Routing, nereid_core::BackendError> {
+    // As for a number, 0 and below mean the latest.
     let version = match &r["model_version"] {
-        Value::String(v) => ModelVersion::parse(v).unwrap_or_default(),
+        Value::String(v) => match ModelVersion::parse(v) {
+            Some(ModelVersion::Number(n)) if n <= 0 => ModelVersion::Latest,
+            Some(version) => version,
+            None => {
+                return Err(nereid_core::BackendError::Request(
+                    nereid_core::Error::invalid_argument(format!(
+                        "model_version '{v}' is neither a version number nor a version label"
+                    )),
+                ));
+            }
+        },
         v => ModelVersion::from(v.as_i64().filter(|&v| v > 0)),
     };
     let id = match &r["correlation_id"] {
@@ -225,7 +236,7 @@ fn call_routing(r: &Value) -> Routing {
     };
     let flags = r["flags"].as_u64().unwrap_or(0);
     let timeout = r["timeout"].as_u64().filter(|&t| t > 0);
-    Routing {
+    Ok(Routing {
         version,
         sequence: Sequence {
             id,
@@ -234,7 +245,7 @@ fn call_routing(r: &Value) -> Routing {
         },
         timeout: timeout.map(std::time::Duration::from_micros),
         ..Routing::default()
-    }
+    })
 }
 
 /// A BLS request's parameters (the worker allows bool, int and str values).

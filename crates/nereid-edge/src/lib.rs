@@ -5,8 +5,9 @@
 //! extension's settings, and [`Frontend`] / [`Endpoint`], what the server
 //! hands each frontend it starts.
 //!
-//! Depends on the engine handle and the wire formats only: never on the
-//! repository, the scheduler, a backend or a frontend.
+//! Depends on the engine handle, the wire formats and `nereid-trace` (a
+//! frontend's tracer) only: never on the repository, the scheduler, a
+//! backend or a frontend.
 
 pub mod error;
 pub mod handshake;

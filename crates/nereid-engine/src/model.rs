@@ -252,7 +252,7 @@ impl LoadedVersion {
         Ok(response)
     }
 
-    /// Turns on the response cache for this version (see `cache/mod.rs`).
+    /// Turns on the response cache for this version (see the `nereid-cache` crate).
     pub(crate) fn with_cache(mut self, cache: &ResponseCache) -> LoadedVersion {
         self.cache = Some(cache.scope(&self.config.name, self.version));
         self

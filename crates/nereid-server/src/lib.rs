@@ -1,14 +1,13 @@
-//! The `nereid` server: command line, HTTP/REST (axum) and gRPC (tonic)
-//! frontends over one [`nereid_engine::Engine`], Prometheus metrics, and
-//! graceful shutdown. Built as a library so tests start it in-process on
-//! ports the OS picks.
+//! The `nereid` binary: the command line (tritonserver's flag names), the
+//! wiring that builds the engine with its backends and starts the
+//! frontends (`nereid-http`, `nereid-grpc`, `nereid-openai`, `nereid-kafka`)
+//! on it, Prometheus metrics, the route log, and graceful shutdown. Built
+//! as a library so tests start it in-process on ports the OS picks.
+//! `nereid batch` runs a model over files (`nereid-batch`) on an engine
+//! made as the server makes its own.
 //!
-//! An OpenAI-compatible frontend serves text and embedding models on a
-//! port of its own. `nereid batch` runs a model over files
-//! (`nereid-batch`) on an engine made as the server makes its own.
-//!
-//! Frontends translate wire messages with `nereid-protocol` and call the
-//! engine; they must not know which backend serves a model.
+//! The only crate that knows every other: frontends know the engine
+//! handle, never a backend.
 
 mod backends;
 pub mod batch;

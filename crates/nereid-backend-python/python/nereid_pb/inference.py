@@ -145,7 +145,11 @@ class InferenceRequest:
         self._correlation_id = correlation_id
         self._requested_output_names = set(names)
         self._model_name = model_name
-        self._model_version = int(model_version)
+        # Nereid reads a word as a version label (docs/traffic.md); a
+        # number, as Triton does.
+        self._model_version = (
+            model_version if isinstance(model_version, str) and not model_version.lstrip("-").isdigit()
+            else int(model_version))
         self._flags = int(flags)
         self._timeout = int(timeout)
         self._trace = trace if trace is not None else InferenceTrace()
