@@ -375,6 +375,30 @@ impl Engine {
         Ok(Arc::clone(&self.model(name, version)?.config))
     }
 
+    /// The file `relative` of the folder of loaded model `name` (a cloud
+    /// repository's local copy), for a frontend that reads a model's own
+    /// files (the OpenAI frontend's chat template); `None` when the model
+    /// has no such file. `relative` must stay inside the folder.
+    pub fn model_file(&self, name: &str, relative: &str) -> Result<Option<Vec<u8>>, Error> {
+        let inside = std::path::Path::new(relative)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if relative.is_empty() || !inside {
+            return Err(Error::invalid_argument(format!(
+                "'{relative}' is not a file inside a model's folder"
+            )));
+        }
+        let path = self.model(name, None)?.folder.join(relative);
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::internal(format!(
+                "cannot read {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+
     pub fn model_metadata(&self, name: &str, version: Option<i64>) -> Result<ModelMetadata, Error> {
         let registry = self.inner.registry.read();
         let loaded = registry.resolve(name, version)?;

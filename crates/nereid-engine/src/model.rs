@@ -41,6 +41,9 @@ pub struct LoadedVersion {
     /// This version's part of the response cache, when its config enables
     /// it and the server has one.
     cache: Option<CacheScope>,
+    /// The model's folder (a cloud repository's local copy), whose own
+    /// files a frontend may read ([`crate::Engine::model_file`]).
+    pub folder: std::path::PathBuf,
     runner: Runner,
 }
 
@@ -85,6 +88,7 @@ impl LoadedVersion {
     ) -> Result<LoadedVersion, Error> {
         let mut plan = nereid_scheduler::plan(&config)?;
         let model_dir = model_dir(&model_path, 2);
+        let folder = model_dir.to_path_buf();
         let labels = Labels::load(&config, model_dir)?;
         let warmup = warmup::samples(&config, model_dir)?;
         let sequence = SequenceSetup::from_config(&config, model_dir)?.map(Arc::new);
@@ -125,6 +129,7 @@ impl LoadedVersion {
             failure,
             labels,
             cache: None,
+            folder,
             runner: Runner::Instances {
                 scheduler,
                 order,
@@ -141,7 +146,8 @@ impl LoadedVersion {
         version_dir: &std::path::Path,
         composer: Arc<dyn Composer>,
     ) -> Result<LoadedVersion, Error> {
-        let labels = Labels::load(&config, model_dir(version_dir, 1))?;
+        let folder = model_dir(version_dir, 1).to_path_buf();
+        let labels = Labels::load(&config, &folder)?;
         let pipeline = Pipeline::new(&config, version);
         let models = pipeline.models().map(|(m, v)| (m.to_string(), v)).collect();
         Ok(LoadedVersion {
@@ -151,6 +157,7 @@ impl LoadedVersion {
             failure: Arc::default(),
             labels,
             cache: None,
+            folder,
             runner: Runner::Ensemble {
                 pipeline,
                 composer,

@@ -262,3 +262,36 @@ async fn implicit_state_on_a_backend_without_it_is_refused_with_the_reason() {
     );
     assert!(engine.infer_one(request("other", &[1, 2])).await.is_ok());
 }
+
+#[tokio::test]
+async fn a_frontend_reads_a_loaded_models_own_files_and_nothing_outside_them() {
+    let root = tempfile::tempdir().unwrap();
+    write_model(root.path(), "chat", CONFIG, "identity");
+    std::fs::write(
+        root.path().join("chat/chat_template.jinja"),
+        "{{ messages }}",
+    )
+    .unwrap();
+    std::fs::write(root.path().join("secret"), "no").unwrap();
+    let (engine, _release) = engine(root.path());
+    engine.load_all().unwrap();
+    assert_eq!(
+        engine.model_file("chat", "chat_template.jinja").unwrap(),
+        Some(b"{{ messages }}".to_vec())
+    );
+    assert_eq!(
+        engine.model_file("chat", "tokenizer_config.json").unwrap(),
+        None
+    );
+    for outside in ["../secret", "/etc/passwd", "", "a/../../secret"] {
+        let refused = engine.model_file("chat", outside).unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::InvalidArgument, "{outside}");
+    }
+    assert_eq!(
+        engine
+            .model_file("nope", "chat_template.jinja")
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
+}

@@ -23,7 +23,12 @@ pub async fn create(State(state): State<OpenAi>, body: Bytes) -> Result<Response
     let model = resolve(&state, &request.model, Use::Generate)?;
     refuse_unsupported(&request)?;
     let messages = template_messages(&request.messages)?;
-    let template = ChatTemplate::of_model(state.folder(&request.model).as_deref())?;
+    let template = ChatTemplate::of_model(|file| {
+        state
+            .engine
+            .model_file(&request.model, file)
+            .map_err(|e| ApiError::engine(&e))
+    })?;
     let generation = generation(&request, template.render(&messages)?);
     let answer = state.infer(generation.request(&model.config)?).await?;
     let reply = Reply::new("chatcmpl", request.model);

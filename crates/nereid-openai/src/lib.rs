@@ -25,8 +25,6 @@ mod template;
 mod tensors;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -56,31 +54,16 @@ pub struct OpenAiEndpoint {
 #[derive(Debug, Clone)]
 pub struct OpenAi {
     engine: Engine,
-    /// The model repositories, where chat templates are found.
-    repositories: Arc<[PathBuf]>,
     /// When the frontend started: the `created` time of every model.
     started: u64,
 }
 
 impl OpenAi {
-    pub fn new(engine: Engine, repositories: Vec<PathBuf>) -> OpenAi {
+    pub fn new(engine: Engine) -> OpenAi {
         OpenAi {
             engine,
-            repositories: repositories.into(),
             started: unix_seconds(),
         }
-    }
-
-    /// The folder of the model called `name` in the first repository that
-    /// has one; `None` for a name that is not one folder's name.
-    fn folder(&self, name: &str) -> Option<PathBuf> {
-        if name.is_empty() || name.contains(['/', '\\']) || name == "." || name == ".." {
-            return None;
-        }
-        self.repositories
-            .iter()
-            .map(|repository| repository.join(name))
-            .find(|folder| folder.is_dir())
     }
 
     async fn infer(&self, request: InferRequest) -> Result<Answer, ApiError> {

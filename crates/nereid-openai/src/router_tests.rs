@@ -20,7 +20,7 @@ fn app(key: Option<&str>) -> (axum::Router, tempfile::TempDir) {
         devices: Default::default(),
     };
     let engine = Engine::new(options, Vec::new());
-    let state = OpenAi::new(engine, vec![repository.path().to_path_buf()]);
+    let state = OpenAi::new(engine);
     (router(state, key.map(ApiKey::new), 1 << 20), repository)
 }
 

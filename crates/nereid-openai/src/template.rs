@@ -7,8 +7,6 @@
 //! folder, the `chat_template` field of its folder's
 //! `tokenizer_config.json`, or [`DEFAULT_TEMPLATE`].
 
-use std::path::Path;
-
 use minijinja::{Environment, ErrorKind, context};
 use serde::Serialize;
 use serde_json::Value;
@@ -65,18 +63,23 @@ impl ChatTemplate {
         }
     }
 
-    /// The template of the model in `folder` (see the module's doc); the
-    /// default one when there is no folder.
-    pub fn of_model(folder: Option<&Path>) -> Result<ChatTemplate, ApiError> {
-        let Some(folder) = folder else {
-            return Ok(ChatTemplate::default());
+    /// The template of a model whose folder's files `read` gives (see the
+    /// module's doc): `None` for a file the folder does not have.
+    pub fn of_model(
+        read: impl Fn(&str) -> Result<Option<Vec<u8>>, ApiError>,
+    ) -> Result<ChatTemplate, ApiError> {
+        let tokenizer = match read(TOKENIZER_CONFIG)? {
+            Some(bytes) => Some(
+                serde_json::from_slice::<Value>(&bytes)
+                    .map_err(|e| unreadable(TOKENIZER_CONFIG, e))?,
+            ),
+            None => None,
         };
-        let tokenizer = read_tokenizer_config(&folder.join(TOKENIZER_CONFIG))?;
-        let file = folder.join(TEMPLATE_FILE);
-        let source = match std::fs::read_to_string(&file) {
-            Ok(source) => Some(source),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(unreadable(&file, e)),
+        let source = match read(TEMPLATE_FILE)? {
+            Some(bytes) => {
+                Some(String::from_utf8(bytes).map_err(|e| unreadable(TEMPLATE_FILE, e))?)
+            }
+            None => None,
         };
         let source = source.or_else(|| tokenizer.as_ref().and_then(template_field));
         let Some(source) = source else {
@@ -124,18 +127,8 @@ fn raise_exception(message: String) -> Result<String, minijinja::Error> {
     Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
 }
 
-fn unreadable(path: &Path, e: impl std::fmt::Display) -> ApiError {
-    ApiError::server(format!("cannot read {}: {e}", path.display()))
-}
-
-fn read_tokenizer_config(path: &Path) -> Result<Option<Value>, ApiError> {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| unreadable(path, e)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(unreadable(path, e)),
-    }
+fn unreadable(file: &str, e: impl std::fmt::Display) -> ApiError {
+    ApiError::server(format!("cannot read the model's {file}: {e}"))
 }
 
 /// `chat_template` as Hugging Face writes it: a string, or a list of
@@ -163,6 +156,15 @@ fn special_token(config: &Value, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The files of `dir`, as the engine reads a model's folder.
+    fn files(dir: &std::path::Path) -> impl Fn(&str) -> Result<Option<Vec<u8>>, ApiError> + '_ {
+        move |name| match std::fs::read(dir.join(name)) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(unreadable(name, e)),
+        }
+    }
 
     fn message(role: &str, content: &str) -> TemplateMessage {
         TemplateMessage {
@@ -195,7 +197,7 @@ mod tests {
             "eos_token": {"content": "</s>", "lstrip": false},
         });
         std::fs::write(dir.path().join(TOKENIZER_CONFIG), config.to_string()).unwrap();
-        let template = ChatTemplate::of_model(Some(dir.path())).unwrap();
+        let template = ChatTemplate::of_model(files(dir.path())).unwrap();
         let prompt = template.render(&[message("user", " Hi ")]).unwrap();
         // The newlines after block tags go, those after expressions stay.
         assert_eq!(prompt, "<s>\n<|user|>Hi</s>\n<|assistant|>");
@@ -205,7 +207,7 @@ mod tests {
     fn the_template_file_comes_before_the_tokenizer_config() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(
-            ChatTemplate::of_model(Some(dir.path())).unwrap(),
+            ChatTemplate::of_model(files(dir.path())).unwrap(),
             ChatTemplate::default()
         );
         let config = serde_json::json!({"chat_template": [
@@ -213,13 +215,13 @@ mod tests {
             {"name": "default", "template": "default {{ messages|length }}"},
         ]});
         std::fs::write(dir.path().join(TOKENIZER_CONFIG), config.to_string()).unwrap();
-        let template = ChatTemplate::of_model(Some(dir.path())).unwrap();
+        let template = ChatTemplate::of_model(files(dir.path())).unwrap();
         assert_eq!(
             template.render(&[message("user", "a")]).unwrap(),
             "default 1"
         );
         std::fs::write(dir.path().join(TEMPLATE_FILE), "file").unwrap();
-        let template = ChatTemplate::of_model(Some(dir.path())).unwrap();
+        let template = ChatTemplate::of_model(files(dir.path())).unwrap();
         assert_eq!(template.render(&[]).unwrap(), "file");
     }
 

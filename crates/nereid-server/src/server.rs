@@ -189,7 +189,7 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
             let listener = bind(openai.address, OPENAI, None).await?;
             let local = listener.local_addr()?;
             frontends.push(tokio::spawn(nereid_openai::serve(
-                OpenAi::new(engine.clone(), config.engine.repositories.clone()),
+                OpenAi::new(engine.clone()),
                 openai.api_key.clone(),
                 config.limits.http_max_input_bytes,
                 listener,
