@@ -13,8 +13,8 @@ use nereid_core::{Error, InferRequest, ModelVersion};
 use nereid_ensemble::{Composer, Composing, StepFuture, StepStream};
 use tracing::Instrument;
 
+use crate::handle::{Engine, Inner};
 use crate::registry::Registry;
-use crate::{Engine, Inner};
 
 /// The engine seen by an ensemble's steps. Weak, so that a loaded
 /// ensemble held by the registry does not keep the engine alive.
@@ -68,7 +68,7 @@ impl Composer for EngineComposer {
             Ok(responses) => responses,
             Err(e) => return futures::stream::once(async move { Err(e) }).boxed(),
         };
-        crate::until_last(responses, ()).boxed()
+        crate::infer::until_last(responses, ()).boxed()
     }
 
     fn is_decoupled(&self, model: &str, version: &ModelVersion) -> bool {
@@ -188,25 +188,6 @@ impl Engine {
             }
         }
         found
-    }
-}
-
-/// Models loaded or unloaded because of ensembles rather than by request.
-#[derive(Debug, Default)]
-pub(crate) struct Links {
-    /// Ensembles unloaded because a model they use was: they load again
-    /// when it does.
-    forced: BTreeSet<String>,
-    /// Models loaded only because an ensemble needed them: unloading that
-    /// ensemble with `unload_dependents` unloads them too.
-    pulled_in: BTreeSet<String>,
-}
-
-impl Links {
-    /// `model` was loaded or unloaded by request: it is nobody's now.
-    pub(crate) fn loaded_explicitly(&mut self, model: &str) {
-        self.forced.remove(model);
-        self.pulled_in.remove(model);
     }
 }
 

@@ -15,11 +15,12 @@ use nereid_ensemble::Composer;
 use nereid_repository::ResolvedModel;
 
 use crate::cache::ResponseCache;
+use crate::handle::Engine;
 use crate::model::LoadedVersion;
+use crate::options::LoadFailure;
 use crate::plan::{Plan, Serving, Target, plan, same_config};
 use crate::registry::{ModelEntry, UNLOADED, VersionEntry};
 use crate::source::Source;
-use crate::{Engine, LoadFailure};
 
 /// The outcome of loading one version.
 type Loaded = Result<(LoadedVersion, Option<u64>), Error>;

@@ -6,7 +6,8 @@
 use nereid_core::Error;
 use nereid_repository::Scope;
 
-use crate::{ControlMode, Engine, LoadFailure};
+use crate::handle::Engine;
+use crate::options::{ControlMode, LoadFailure};
 
 impl Engine {
     /// Refreshes every mirror for `scope`. Returns the models that could

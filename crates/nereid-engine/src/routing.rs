@@ -10,7 +10,7 @@ use nereid_repository::traffic::{
     FileStamp, TrafficError, TrafficSpec, read_traffic_file, traffic_file_stamp,
 };
 
-use crate::Engine;
+use crate::handle::Engine;
 use crate::traffic::{RouteObserver, TrafficMetrics, TrafficState, unknown_label};
 
 /// A model's traffic settings as they are in force.

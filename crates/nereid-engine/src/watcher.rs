@@ -15,20 +15,14 @@ use crossbeam_channel::{Receiver, Sender};
 use nereid_repository::ModelEntry;
 use notify::{EventKind, RecursiveMode, Watcher as _};
 
+use crate::handle::{Engine, Inner, Watcher};
 use crate::poll::{ChangeTracker, Look};
 use crate::source::Source;
-use crate::{Engine, Inner};
 
 /// How long a folder's fingerprint must stay the same before it loads.
 const SETTLE: Duration = Duration::from_millis(500);
 /// Events arriving together are handled together, this long after the first.
 const EVENT_BATCH: Duration = Duration::from_millis(100);
-
-/// The running watcher; dropping it stops the thread.
-#[derive(Debug)]
-pub struct Watcher {
-    _stop: Sender<()>,
-}
 
 /// A fingerprint of a model's folder (and of any same-named folders in
 /// other roots, which make it ambiguous).
