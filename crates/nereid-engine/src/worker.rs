@@ -17,23 +17,22 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use nereid_core::{
-    Activity, Backend, Error, InferResponse, ModelInstance, ModelSource, Parameters, Tensor,
-    TensorActivity,
-};
+use nereid_core::{Backend, Error, ModelInstance, ModelSource};
 use nereid_scheduler::work_queue::WorkReceiver as Receiver;
 use nereid_scheduler::{Dispatch, Pending};
 use parking_lot::Mutex;
 
-use crate::batch::{gather, scatter};
 use crate::job::Job;
 use crate::sequence::SequenceSetup;
-use crate::stats::{ComputeTimes, FailureReason, ModelStats};
-use crate::validate::ValidatedRequest;
+use crate::stats::{FailureReason, ModelStats};
 use crate::warmup::{self, WarmupSample};
 
+mod answer;
 mod request_wise;
+mod rows;
+
 use request_wise::run_requests;
+use rows::run_rows;
 
 /// Executions at most this long (on average) may run on the thread that
 /// received the request: about what handing a request to an instance
@@ -296,20 +295,6 @@ fn fail_dispatch(ctx: &WorkerContext, dispatch: Dispatch<Job>, error: &Error) {
     }
 }
 
-/// Counts an execution of `jobs` in the statistics, with the clients'
-/// inferences: a step the server sent itself is left out, and a batch of
-/// nothing else is not counted at all.
-fn record_execution(ctx: &WorkerContext, jobs: &[Job], times: ComputeTimes) {
-    let inferences: u64 = jobs
-        .iter()
-        .filter(|j| !j.detached)
-        .map(|j| j.request.batch_size)
-        .sum();
-    if inferences > 0 {
-        ctx.stats.record_execution(inferences, times);
-    }
-}
-
 /// How a batch went for the instance.
 enum Outcome {
     Ran,
@@ -350,84 +335,17 @@ fn run_batch(
     }
     let span = batch_span(ctx, &jobs);
     let _batch = span.enter();
-    if let Some(request_wise) = instance.as_request_wise() {
-        if let Some(setup) = ctx.sequence.as_deref() {
-            for job in &mut jobs {
-                if let Some(step) = &job.sequence {
-                    setup.add_controls(&mut job.request.request, step);
-                }
-            }
-        }
-        return run_requests(request_wise, ctx, jobs, permit);
-    }
-    let started = Instant::now();
-    // A sequence batch runs as rows, one per slot; otherwise each job is
-    // its own row.
-    let rows = ctx
-        .sequence
-        .as_deref()
-        .map(|setup| sequence_rows(setup, &jobs));
-    let requests: Vec<&ValidatedRequest> = match &rows {
-        Some((rows, _)) => rows.iter().collect(),
-        None => jobs.iter().map(|j| &j.request).collect(),
+    let Some(request_wise) = instance.as_request_wise() else {
+        return run_rows(instance, ctx, jobs, permit);
     };
-    let batch = gather(&requests, ctx.batching);
-    let gathered = Instant::now();
-    let mut outcome = Outcome::Ran;
-    let result = guarded(ctx, || instance.execute(&batch))
-        .inspect_err(|_| outcome = Outcome::Panicked)
-        .and_then(|r| r.map_err(Error::from));
-    drop(batch);
-    // The instance is free again: the batcher may send it the next batch
-    // while this one is answered, and a client's next request, sent on
-    // this answer, finds the instance idle. A sequence batch keeps its
-    // permit until its steps are answered: the sequence batcher then knows
-    // which sequences will send their next step soon (`Strategy::Oldest`).
-    let permit = match ctx.sequence {
-        Some(_) => permit,
-        None => {
-            drop(permit);
-            None
-        }
-    };
-    let executed = Instant::now();
-    let outputs = result
-        .and_then(|outputs| scatter(&requests, outputs))
-        .map(|per_row| match (&rows, ctx.sequence.as_deref()) {
-            (Some((_, job_rows)), Some(setup)) => job_outputs(setup, &jobs, job_rows, per_row),
-            _ => per_row,
-        });
-    let times = ComputeTimes {
-        input: gathered - started,
-        infer: executed - gathered,
-        output: executed.elapsed(),
-    };
-    let stamps = ComputeStamps {
-        started,
-        inputs_ready: gathered,
-        executed,
-    };
-    match outputs {
-        Ok(per_request) => {
-            record_execution(ctx, &jobs, times);
-            for (job, outputs) in jobs.into_iter().zip(per_request) {
-                answer(ctx, job, Ok(outputs), stamps, times);
-            }
-        }
-        Err(e) => {
-            tracing::warn!(model = %ctx.model_name, version = ctx.version, error = %e, "execution failed");
-            for job in jobs {
-                stamps.record(&job, &[]);
-                if !job.detached {
-                    ctx.stats
-                        .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
-                }
-                job.answer(Err(e.clone()));
+    if let Some(setup) = ctx.sequence.as_deref() {
+        for job in &mut jobs {
+            if let Some(step) = &job.sequence {
+                setup.add_controls(&mut job.request.request, step);
             }
         }
     }
-    drop(permit);
-    outcome
+    run_requests(request_wise, ctx, jobs, permit)
 }
 
 /// The span of one batch, which follows from its requests' spans.
@@ -437,132 +355,4 @@ fn batch_span(ctx: &WorkerContext, jobs: &[Job]) -> tracing::Span {
         span.follows_from(&job.span);
     }
     span
-}
-
-/// The rows of a sequence batch: each job's step (controls and state
-/// added) at its slot's row, and an idle row (READY false) for each slot
-/// without a request; with the row of each job.
-fn sequence_rows(setup: &SequenceSetup, jobs: &[Job]) -> (Vec<ValidatedRequest>, Vec<usize>) {
-    let rows = jobs
-        .iter()
-        .filter_map(|j| j.sequence.as_ref()?.placement.as_ref())
-        .map(|p| p.rows.max(p.row + 1))
-        .max()
-        .unwrap_or(0);
-    let mut slots: Vec<Option<ValidatedRequest>> = vec![None; rows];
-    let mut job_rows = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        let Some(step) = &job.sequence else {
-            // Never sent without a sequence; run it as a row of its own.
-            job_rows.push(slots.len());
-            slots.push(Some(job.request.clone()));
-            continue;
-        };
-        let row = step.placement.as_ref().map_or(slots.len(), |p| p.row);
-        if row >= slots.len() {
-            slots.resize(row + 1, None);
-        }
-        slots[row] = Some(setup.step_row(&job.request, step));
-        job_rows.push(row);
-    }
-    let like = &jobs[0].request;
-    let rows = slots
-        .into_iter()
-        .map(|slot| slot.unwrap_or_else(|| setup.idle_row(like)))
-        .collect();
-    (rows, job_rows)
-}
-
-/// Each job's outputs from the outputs per row, the state outputs kept for
-/// the sequence's next step.
-fn job_outputs(
-    setup: &SequenceSetup,
-    jobs: &[Job],
-    job_rows: &[usize],
-    per_row: Vec<Vec<Tensor>>,
-) -> Vec<Vec<Tensor>> {
-    let mut per_row: Vec<Option<Vec<Tensor>>> = per_row.into_iter().map(Some).collect();
-    jobs.iter()
-        .zip(job_rows)
-        .map(|(job, &row)| {
-            let outputs = per_row
-                .get_mut(row)
-                .and_then(Option::take)
-                .unwrap_or_default();
-            match &job.sequence {
-                Some(step) => setup.keep_state(step, outputs),
-                None => outputs,
-            }
-        })
-        .collect()
-}
-
-/// When a batch's compute stages happened, for the traces of its requests.
-#[derive(Debug, Clone, Copy)]
-struct ComputeStamps {
-    started: Instant,
-    inputs_ready: Instant,
-    executed: Instant,
-}
-
-impl ComputeStamps {
-    /// Records the compute stages, and the outputs at the TENSORS level,
-    /// on the job's trace; the compute ends now.
-    fn record(&self, job: &Job, outputs: &[Tensor]) {
-        let Some(trace) = &job.request.request.trace else {
-            return;
-        };
-        trace.record_at(Activity::ComputeStart, self.started);
-        trace.record_at(Activity::ComputeInputEnd, self.inputs_ready);
-        trace.record_at(Activity::ComputeOutputStart, self.executed);
-        for output in outputs {
-            trace.record_tensor(
-                TensorActivity::BackendOutput,
-                &output.name,
-                output.datatype,
-                &output.shape,
-                &output.data,
-            );
-        }
-        trace.record(Activity::ComputeEnd);
-    }
-}
-
-/// Answers one job of a batch, counting it.
-fn answer(
-    ctx: &WorkerContext,
-    job: Job,
-    outputs: Result<Vec<Tensor>, Error>,
-    stamps: ComputeStamps,
-    times: ComputeTimes,
-) {
-    stamps.record(&job, outputs.as_deref().unwrap_or_default());
-    let started = stamps.started;
-    if job.detached {
-        if let Err(e) = &outputs {
-            tracing::warn!(model = %ctx.model_name, version = ctx.version, error = %e, "the END step of a reaped sequence failed");
-        }
-        return;
-    }
-    match outputs {
-        Ok(outputs) => {
-            ctx.stats
-                .record_success(job.enqueued.elapsed(), started - job.enqueued, times);
-            job.record_times(started - job.enqueued, &times);
-            let response = InferResponse {
-                model_name: ctx.model_name.clone(),
-                model_version: ctx.version,
-                id: job.request.request.id.clone(),
-                outputs,
-                parameters: Parameters::new(),
-                in_shared_memory: Vec::new(),
-            };
-            job.answer(Ok(response));
-        }
-        Err(e) => {
-            ctx.stats
-                .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
-            job.answer(Err(e));
-        }
-    }
 }

@@ -13,7 +13,8 @@ use nereid_core::{
 };
 use nereid_scheduler::SlotPermit;
 
-use super::{ComputeStamps, Outcome, WorkerContext, answer, guarded, record_execution};
+use super::answer::{ComputeStamps, answer, record_execution};
+use super::{Outcome, WorkerContext, guarded};
 use crate::batch::pick;
 use crate::job::{Job, Streamed};
 use crate::stats::{ComputeTimes, FailureReason};
