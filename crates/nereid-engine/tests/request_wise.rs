@@ -13,11 +13,16 @@ use nereid_engine::{Engine, EngineOptions};
 #[tokio::test]
 async fn each_request_of_a_batch_gets_its_own_answer() {
     let root = tempfile::tempdir().unwrap();
-    // The three requests fill max_batch_size (1 + 1 + 2 = 4), which sends
-    // the batch at once; the long delay only makes sure that a loaded
-    // machine cannot send the first of them alone.
-    let config =
-        format!("{CONFIG}\ndynamic_batching {{ max_queue_delay_microseconds: 10000000 }}\n");
+    // The three requests reach the preferred size (1 + 1 + 2 = 4), which
+    // sends the batch at once. A preferred size below max_batch_size makes
+    // a smaller batch wait out the long delay: without one, the batcher
+    // sends a request at once when the model is idle and no client is
+    // expected back, which on a loaded machine (the batcher seeing each
+    // request before the next is queued) made batches of one.
+    let config = format!(
+        "{}\ndynamic_batching {{ preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 10000000 }}\n",
+        CONFIG.replace("max_batch_size: 4", "max_batch_size: 8")
+    );
     write_model(root.path(), "rw", &config, "requestwise");
     let (backend, controls) = common::backend();
     let options = EngineOptions {

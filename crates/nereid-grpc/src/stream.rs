@@ -11,7 +11,7 @@ use futures::stream::{BoxStream, SelectAll};
 use futures::{Stream, StreamExt};
 use std::time::Instant;
 
-use nereid_core::{Activity, Error, Trace};
+use nereid_core::{Activity, Error, InferResponse, Trace};
 use nereid_engine::turns::{SequenceTurns, Turn};
 use nereid_engine::{Answer, Call, Engine};
 use nereid_protocol::grpc as wire;
@@ -69,31 +69,9 @@ fn request_answers(
     trace: Option<Trace>,
     turns: &mut SequenceTurns,
 ) -> BoxStream<'static, Traced> {
-    let id = request.id.clone();
-    let model = request.model_name.clone();
-    let version = request.model_version.clone();
-    let empty_final = matches!(
-        request.parameters.get("triton_enable_empty_final_response"),
-        Some(InferParameter {
-            parameter_choice: Some(ParameterChoice::BoolParam(true))
-        })
-    );
-    let error = move |e: Error, last: bool| {
-        let mut answer =
-            wire::stream_error_response(id.clone(), model.clone(), version.clone(), e.message());
-        if let Some(response) = &mut answer.infer_response {
-            mark_final(response, last);
-        }
-        answer
-    };
-    let sent = |answer: ModelStreamInferResponse, trace: &Option<Trace>| {
-        if let Some(trace) = trace {
-            trace.record(Activity::GrpcSendStart);
-        }
-        (answer, trace.clone())
-    };
+    let replies = Replies::of(&request, trace.clone());
     let decoded = wire::decode_infer_request(request).map(|mut r| {
-        r.trace = trace.clone();
+        r.trace = trace;
         r
     });
     let mut turn = match &decoded {
@@ -113,16 +91,12 @@ fn request_answers(
         match answer {
             Err(e) => {
                 turn.end();
-                yield sent(error(e, true), &trace);
+                yield replies.error(&e, true);
             }
             Ok(Answer::One(response)) => {
-                if let Some(trace) = &trace {
-                    trace.record(Activity::InferResponseComplete);
-                }
-                let mut response = wire::encode_infer_response(response);
-                mark_final(&mut response, true);
+                replies.complete();
                 turn.end();
-                yield sent(ok(response), &trace);
+                yield replies.ok(response, true);
             }
             Ok(Answer::Stream(mut responses)) => {
                 while let Some(streamed) = responses.next().await {
@@ -131,29 +105,86 @@ fn request_answers(
                         turn.end();
                     }
                     match streamed.response {
-                        Some(Ok(response)) => {
-                            let mut response = wire::encode_infer_response(response);
-                            mark_final(&mut response, last);
-                            yield sent(ok(response), &trace);
-                        }
-                        Some(Err(e)) => yield sent(error(e, last), &trace),
-                        None if empty_final => {
-                            let mut answer = error(Error::internal(""), true);
-                            answer.error_message.clear();
-                            yield sent(answer, &trace);
-                        }
+                        Some(Ok(response)) => yield replies.ok(response, last),
+                        Some(Err(e)) => yield replies.error(&e, last),
+                        None if replies.empty_final => yield replies.empty_final(),
                         None => {}
                     }
                     if last {
                         break;
                     }
                 }
-                if let Some(trace) = &trace {
-                    trace.record(Activity::InferResponseComplete);
-                }
+                replies.complete();
             }
         }
     })
+}
+
+/// What every answer to one request on the stream repeats, and its trace.
+struct Replies {
+    id: String,
+    model: String,
+    version: String,
+    /// A final flag that comes alone is sent as an empty response.
+    empty_final: bool,
+    trace: Option<Trace>,
+}
+
+impl Replies {
+    fn of(request: &ModelInferRequest, trace: Option<Trace>) -> Replies {
+        Replies {
+            id: request.id.clone(),
+            model: request.model_name.clone(),
+            version: request.model_version.clone(),
+            empty_final: matches!(
+                request.parameters.get("triton_enable_empty_final_response"),
+                Some(InferParameter {
+                    parameter_choice: Some(ParameterChoice::BoolParam(true))
+                })
+            ),
+            trace,
+        }
+    }
+
+    fn ok(&self, response: InferResponse, last: bool) -> Traced {
+        let mut response = wire::encode_infer_response(response);
+        mark_final(&mut response, last);
+        self.sent(ok(response))
+    }
+
+    fn error(&self, e: &Error, last: bool) -> Traced {
+        let mut answer = wire::stream_error_response(
+            self.id.clone(),
+            self.model.clone(),
+            self.version.clone(),
+            e.message(),
+        );
+        if let Some(response) = &mut answer.infer_response {
+            mark_final(response, last);
+        }
+        self.sent(answer)
+    }
+
+    /// The empty response that carries a final flag sent alone.
+    fn empty_final(&self) -> Traced {
+        let (mut answer, trace) = self.error(&Error::internal(""), true);
+        answer.error_message.clear();
+        (answer, trace)
+    }
+
+    fn sent(&self, answer: ModelStreamInferResponse) -> Traced {
+        if let Some(trace) = &self.trace {
+            trace.record(Activity::GrpcSendStart);
+        }
+        (answer, self.trace.clone())
+    }
+
+    /// The request's last answer is made.
+    fn complete(&self) {
+        if let Some(trace) = &self.trace {
+            trace.record(Activity::InferResponseComplete);
+        }
+    }
 }
 
 fn ok(response: ModelInferResponse) -> ModelStreamInferResponse {

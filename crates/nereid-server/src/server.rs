@@ -95,6 +95,55 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
         info::SERVER_VERSION,
         info::SERVER_NAME
     );
+    let engine = engine(&config).await?;
+    let tracer = Tracer::new(config.trace.clone())?;
+    let connections = [
+        ConnectionLimit::new(config.limits.http_max_connections),
+        ConnectionLimit::new(config.limits.grpc_max_connections),
+    ];
+    // Before the metrics endpoint, which reports it; its consumer waits
+    // for the routes' models, so the background load below is no race.
+    let kafka = match config.kafka.clone() {
+        Some(kafka) => Some(
+            Kafka::start(kafka, engine.clone(), config.exit_timeout)
+                .context("cannot start the Kafka frontend")?,
+        ),
+        None => None,
+    };
+    let (stop, stopped) = watch::channel(false);
+    let mut serving = Serving {
+        config: &config,
+        engine: &engine,
+        tracer: &tracer,
+        stopped,
+        frontends: Vec::new(),
+    };
+    let http_addr = serving.http(&connections[0]).await?;
+    let grpc_addr = serving.grpc(&connections[1]).await?;
+    let metrics_addr = serving.metrics(kafka.as_ref()).await?;
+    let openai_addr = serving.openai().await?;
+    let frontends = serving.frontends;
+    Ok(RunningServer {
+        loading: Some(load_in_background(&engine)),
+        engine,
+        tracer,
+        connections,
+        http_addr,
+        grpc_addr,
+        metrics_addr,
+        openai_addr,
+        exit_timeout: config.exit_timeout,
+        stop,
+        frontends,
+        exit_on_error: config.exit_on_error,
+        kafka,
+    })
+}
+
+/// The engine with its backends, route log and response cache. Before a
+/// port is bound: without its Redis, the server does not start (as
+/// tritonserver); once started, a Redis that goes away is a miss.
+async fn engine(config: &ServerConfig) -> anyhow::Result<Engine> {
     let engine = backends::engine(
         config.engine.clone(),
         config.model_control.clone(),
@@ -106,101 +155,17 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
     if let Some(path) = &config.route_log {
         engine.set_route_observer(Arc::new(crate::route_log::RouteLog::open(path)?));
     }
-    // Before a port is bound: without its Redis, the server does not start
-    // (as tritonserver); once started, a Redis that goes away is a miss.
     engine
         .connect_cache()
         .await
         .context("cannot use the response cache")?;
-    let tracer = Tracer::new(config.trace.clone())?;
-    let connections = [
-        ConnectionLimit::new(config.limits.http_max_connections),
-        ConnectionLimit::new(config.limits.grpc_max_connections),
-    ];
-    let frontend = |restrictions| Frontend {
-        engine: engine.clone(),
-        log: config.logging.clone(),
-        tracer: tracer.clone(),
-        limits: config.limits.clone(),
-        restrictions,
-    };
-    // Before the metrics endpoint, which reports it; its consumer waits
-    // for the routes' models, so the background load below is no race.
-    let kafka = match config.kafka.clone() {
-        Some(kafka) => Some(
-            Kafka::start(kafka, engine.clone(), config.exit_timeout)
-                .context("cannot start the Kafka frontend")?,
-        ),
-        None => None,
-    };
-    let (stop, stopped) = watch::channel(false);
-    let mut frontends = Vec::new();
-    let http_addr = match config.http {
-        Some(addr) => {
-            let listener = bind(addr, HTTP, config.tls.http.as_ref()).await?;
-            let local = listener.local_addr()?;
-            frontends.push(tokio::spawn(nereid_http::serve(
-                frontend(config.restricted.http.clone()),
-                Endpoint {
-                    listener,
-                    connections: connections[0].clone(),
-                    tls: config.tls.http.clone(),
-                },
-                signal(&stopped),
-            )));
-            Some(local)
-        }
-        None => None,
-    };
-    let grpc_addr = match config.grpc {
-        Some(addr) => {
-            let listener = bind(addr, GRPC, config.tls.grpc.as_ref()).await?;
-            let local = listener.local_addr()?;
-            frontends.push(tokio::spawn(nereid_grpc::serve(
-                frontend(config.restricted.grpc.clone()),
-                Endpoint {
-                    listener,
-                    connections: connections[1].clone(),
-                    tls: config.tls.grpc.clone(),
-                },
-                signal(&stopped),
-            )));
-            Some(local)
-        }
-        None => None,
-    };
-    let metrics_addr = match config.metrics {
-        Some(addr) => {
-            let listener = bind(addr, METRICS, None).await?;
-            let local = listener.local_addr()?;
-            frontends.push(tokio::spawn(crate::metrics::serve(
-                engine.clone(),
-                kafka.as_ref().map(Kafka::status),
-                config.metrics_options.clone(),
-                listener,
-                signal(&stopped),
-            )));
-            Some(local)
-        }
-        None => None,
-    };
-    let openai_addr = match &config.openai {
-        Some(openai) => {
-            let listener = bind(openai.address, OPENAI, None).await?;
-            let local = listener.local_addr()?;
-            frontends.push(tokio::spawn(nereid_openai::serve(
-                OpenAi::new(engine.clone()),
-                openai.api_key.clone(),
-                config.limits.http_max_input_bytes,
-                listener,
-                signal(&stopped),
-            )));
-            Some(local)
-        }
-        None => None,
-    };
+    Ok(engine)
+}
+
+/// Loads the repository's models in the background.
+fn load_in_background(engine: &Engine) -> JoinHandle<Vec<LoadFailure>> {
     let loader = engine.clone();
-    let loading = tokio::task::spawn_blocking(move || match loader.load_all() {
+    tokio::task::spawn_blocking(move || match loader.load_all() {
         Ok(failures) => failures,
         Err(e) => {
             tracing::error!(error = %e, "model repository could not be loaded");
@@ -209,22 +174,99 @@ pub async fn start(config: ServerConfig) -> anyhow::Result<RunningServer> {
                 reason: e.to_string(),
             }]
         }
-    });
-    Ok(RunningServer {
-        engine,
-        tracer,
-        connections,
-        http_addr,
-        grpc_addr,
-        metrics_addr,
-        openai_addr,
-        exit_timeout: config.exit_timeout,
-        stop,
-        frontends,
-        loading: Some(loading),
-        exit_on_error: config.exit_on_error,
-        kafka,
     })
+}
+
+/// Starts the endpoints the config asks for, one by one; each answers
+/// the address it bound, `None` when it is off.
+struct Serving<'a> {
+    config: &'a ServerConfig,
+    engine: &'a Engine,
+    tracer: &'a Tracer,
+    stopped: watch::Receiver<bool>,
+    frontends: Vec<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Serving<'_> {
+    fn frontend(&self, restrictions: &Restrictions) -> Frontend {
+        Frontend {
+            engine: self.engine.clone(),
+            log: self.config.logging.clone(),
+            tracer: self.tracer.clone(),
+            limits: self.config.limits.clone(),
+            restrictions: restrictions.clone(),
+        }
+    }
+
+    async fn http(&mut self, connections: &ConnectionLimit) -> anyhow::Result<Option<SocketAddr>> {
+        let Some(addr) = self.config.http else {
+            return Ok(None);
+        };
+        let tls = self.config.tls.http.clone();
+        let listener = bind(addr, HTTP, tls.as_ref()).await?;
+        let local = listener.local_addr()?;
+        let endpoint = Endpoint {
+            listener,
+            connections: connections.clone(),
+            tls,
+        };
+        let frontend = self.frontend(&self.config.restricted.http);
+        let stop = signal(&self.stopped);
+        self.frontends
+            .push(tokio::spawn(nereid_http::serve(frontend, endpoint, stop)));
+        Ok(Some(local))
+    }
+
+    async fn grpc(&mut self, connections: &ConnectionLimit) -> anyhow::Result<Option<SocketAddr>> {
+        let Some(addr) = self.config.grpc else {
+            return Ok(None);
+        };
+        let tls = self.config.tls.grpc.clone();
+        let listener = bind(addr, GRPC, tls.as_ref()).await?;
+        let local = listener.local_addr()?;
+        let endpoint = Endpoint {
+            listener,
+            connections: connections.clone(),
+            tls,
+        };
+        let frontend = self.frontend(&self.config.restricted.grpc);
+        let stop = signal(&self.stopped);
+        self.frontends
+            .push(tokio::spawn(nereid_grpc::serve(frontend, endpoint, stop)));
+        Ok(Some(local))
+    }
+
+    async fn metrics(&mut self, kafka: Option<&Kafka>) -> anyhow::Result<Option<SocketAddr>> {
+        let Some(addr) = self.config.metrics else {
+            return Ok(None);
+        };
+        let listener = bind(addr, METRICS, None).await?;
+        let local = listener.local_addr()?;
+        self.frontends.push(tokio::spawn(crate::metrics::serve(
+            self.engine.clone(),
+            kafka.map(Kafka::status),
+            self.config.metrics_options.clone(),
+            listener,
+            signal(&self.stopped),
+        )));
+        Ok(Some(local))
+    }
+
+    async fn openai(&mut self) -> anyhow::Result<Option<SocketAddr>> {
+        let Some(openai) = &self.config.openai else {
+            return Ok(None);
+        };
+        let listener = bind(openai.address, OPENAI, None).await?;
+        let local = listener.local_addr()?;
+        self.frontends.push(tokio::spawn(nereid_openai::serve(
+            OpenAi::new(self.engine.clone()),
+            openai.api_key.clone(),
+            self.config.limits.http_max_input_bytes,
+            listener,
+            signal(&self.stopped),
+        )));
+        Ok(Some(local))
+    }
 }
 
 /// An endpoint, named as the log and its errors name it, with the flags

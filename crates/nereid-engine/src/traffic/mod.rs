@@ -410,29 +410,10 @@ impl Traffic {
             request.routing.version = ModelVersion::Number(*version);
         }
         let key = state.sticky_key(request);
-        let mut routed_by = RoutedBy::Request;
-        let mut fallback = None;
-        if request.routing.version == ModelVersion::Latest {
-            routed_by = RoutedBy::Policy;
-            if let Some(spec) = &state.spec.fallback
-                && let Ok(primary) = registry.resolve_own(&model, None)
-                && traffic.degrade.is_degraded(&primary.stats, spec.queue_ms)
-                && let Ok(version) = registry.resolve(&spec.model, None)
-            {
-                traffic.counters.fallback.fetch_add(1, Ordering::Relaxed);
-                request.model_name.clone_from(&spec.model);
-                request.routing.version = ModelVersion::Number(version.version);
-                fallback = Some(spec.model.clone());
-                routed_by = RoutedBy::Fallback;
-            } else if let Some(split) = &state.split {
-                request.routing.version = ModelVersion::Number(split.choose(key.as_deref()));
-                routed_by = if key.is_some() {
-                    RoutedBy::Key
-                } else {
-                    RoutedBy::Weight
-                };
-            }
-        }
+        let (mut routed_by, fallback) = match request.routing.version {
+            ModelVersion::Latest => choose(&traffic, &state, registry, request, key.as_deref()),
+            _ => (RoutedBy::Request, None),
+        };
         let version = match registry.resolve(&request.model_name, request.routing.version.number())
         {
             Ok(version) => version,
@@ -445,22 +426,10 @@ impl Traffic {
             Err(e) => return Err(e),
         };
         request.routing.version = ModelVersion::Number(version.version);
-        let shadow = state.spec.shadow.as_ref().and_then(|spec| {
-            let target = state.spec.version_of(&spec.version)?;
-            let take = fallback.is_none()
-                && target != version.version
-                && spec.fraction > 0.0
-                && split::unit() < spec.fraction;
-            take.then(|| {
-                registry
-                    .resolve_own(&model, Some(target))
-                    .ok()
-                    .map(|v| ShadowTicket {
-                        version: v,
-                        tolerance: spec.tolerance,
-                    })
-            })?
-        });
+        let shadow = match fallback {
+            None => shadow_ticket(&state, registry, &model, version.version),
+            Some(_) => None,
+        };
         let log_tensors = state.spec.log_tensors > 0.0 && split::unit() < state.spec.log_tensors;
         let label = match &fallback {
             None => state.label_of(version.version).map(str::to_string),
@@ -504,6 +473,59 @@ impl Traffic {
         rows.sort_by(|a, b| a.model.cmp(&b.model));
         rows
     }
+}
+
+/// The version for a request that names none: the fallback model's while
+/// the model's queue is too long, else the split's choice, else the
+/// policy's. Sets the request's model and version; answers how it was
+/// chosen and the fallback model, if that serves.
+fn choose(
+    traffic: &ModelTraffic,
+    state: &TrafficState,
+    registry: &Registry,
+    request: &mut InferRequest,
+    key: Option<&str>,
+) -> (RoutedBy, Option<String>) {
+    if let Some(spec) = &state.spec.fallback
+        && let Ok(primary) = registry.resolve_own(&request.model_name, None)
+        && traffic.degrade.is_degraded(&primary.stats, spec.queue_ms)
+        && let Ok(version) = registry.resolve(&spec.model, None)
+    {
+        traffic.counters.fallback.fetch_add(1, Ordering::Relaxed);
+        request.model_name.clone_from(&spec.model);
+        request.routing.version = ModelVersion::Number(version.version);
+        return (RoutedBy::Fallback, Some(spec.model.clone()));
+    }
+    let Some(split) = &state.split else {
+        return (RoutedBy::Policy, None);
+    };
+    request.routing.version = ModelVersion::Number(split.choose(key));
+    match key {
+        Some(_) => (RoutedBy::Key, None),
+        None => (RoutedBy::Weight, None),
+    }
+}
+
+/// The shadow copy's version for a request `served` answers, when the
+/// settings ask for one and the draw takes this request.
+fn shadow_ticket(
+    state: &TrafficState,
+    registry: &Registry,
+    model: &str,
+    served: i64,
+) -> Option<ShadowTicket> {
+    let spec = state.spec.shadow.as_ref()?;
+    let target = state.spec.version_of(&spec.version)?;
+    let take = target != served && spec.fraction > 0.0 && split::unit() < spec.fraction;
+    take.then(|| {
+        registry
+            .resolve_own(model, Some(target))
+            .ok()
+            .map(|v| ShadowTicket {
+                version: v,
+                tolerance: spec.tolerance,
+            })
+    })?
 }
 
 /// A request to a model without traffic settings.
