@@ -44,7 +44,7 @@ impl Composer for EngineComposer {
             let inner = inner.ok_or_else(|| Error::unavailable("the server is shutting down"))?;
             // A step naming no version is routed by its model's traffic
             // settings, as a request from a client.
-            let mut route = inner.traffic.route(&inner.registry.read(), &mut request)?;
+            let mut route = inner.traffic.route(&*inner.registry.read(), &mut request)?;
             tracing::Span::current().record("version", route.version.version);
             let watch = route.watch(&request);
             let mut result = route.version.infer(request).await;
@@ -61,7 +61,7 @@ impl Composer for EngineComposer {
             .ok_or_else(|| Error::unavailable("the server is shutting down"))
             .and_then(|inner| {
                 let mut request = request;
-                let route = inner.traffic.route(&inner.registry.read(), &mut request)?;
+                let route = inner.traffic.route(&*inner.registry.read(), &mut request)?;
                 route.version.stream(request)
             });
         let responses = match responses {

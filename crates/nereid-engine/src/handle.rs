@@ -17,6 +17,7 @@ use nereid_repository::Repository;
 use parking_lot::{Mutex, RwLock};
 
 use crate::memory::Janitor;
+use crate::model::LoadedVersion;
 use crate::options::{EngineOptions, ModelControl};
 use crate::registry::Registry;
 use crate::shared_memory::SharedMemoryRegistry;
@@ -57,7 +58,7 @@ pub(crate) struct Inner {
     /// The families and metrics models create (Triton's custom metrics).
     pub(crate) custom_metrics: Arc<CustomMetrics>,
     /// Version labels, splits, shadows and fallbacks of the models.
-    pub(crate) traffic: Traffic,
+    pub(crate) traffic: Traffic<LoadedVersion>,
     /// Conditions other parts of the server add to readiness (a Kafka
     /// consumer that has not joined its group yet).
     pub(crate) readiness: RwLock<Vec<ReadinessCheck>>,

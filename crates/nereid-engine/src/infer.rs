@@ -58,17 +58,17 @@ impl Engine {
 
     /// Where `request` goes: the version it names, or the one its model's
     /// traffic settings choose (see [`traffic`]).
-    fn route(&self, request: &mut InferRequest) -> Result<traffic::Route, Error> {
+    fn route(&self, request: &mut InferRequest) -> Result<traffic::Route<LoadedVersion>, Error> {
         self.inner
             .traffic
-            .route(&self.inner.registry.read(), request)
+            .route(&*self.inner.registry.read(), request)
     }
 
     /// Runs `request` on the version `route` chose, its shared memory
     /// inputs and outputs read and written.
     async fn infer_on(
         &self,
-        mut route: traffic::Route,
+        mut route: traffic::Route<LoadedVersion>,
         mut request: InferRequest,
     ) -> Result<InferResponse, Error> {
         let plan = self.inner.shared_memory.prepare(&mut request)?;

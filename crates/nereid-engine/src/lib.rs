@@ -36,7 +36,6 @@ pub mod stats;
 mod status;
 #[cfg(test)]
 mod test_support;
-pub mod traffic;
 pub mod turns;
 mod validate;
 mod warmup;
@@ -44,6 +43,7 @@ mod watcher;
 mod worker;
 
 pub use nereid_cache as cache;
+pub use nereid_traffic as traffic;
 
 pub use batch::split_rows;
 pub use handle::{Engine, ReadinessCheck};

@@ -47,6 +47,28 @@ pub struct LoadedVersion {
     runner: Runner,
 }
 
+impl nereid_traffic::Served for LoadedVersion {
+    fn version(&self) -> i64 {
+        self.version
+    }
+
+    fn queued(&self) -> (u64, u64) {
+        let queue = self.stats.queue_time();
+        (queue.count, queue.ns)
+    }
+
+    fn pending(&self) -> u64 {
+        self.stats.pending()
+    }
+
+    fn infer(
+        &self,
+        request: InferRequest,
+    ) -> futures::future::BoxFuture<'_, Result<InferResponse, Error>> {
+        Box::pin(LoadedVersion::infer(self, request))
+    }
+}
+
 /// What runs a version's requests.
 enum Runner {
     /// Its own instances, behind a scheduler.

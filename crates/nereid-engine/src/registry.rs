@@ -318,6 +318,16 @@ fn unknown_model(name: &str, version: Option<i64>) -> String {
     }
 }
 
+impl nereid_traffic::Versions<LoadedVersion> for Registry {
+    fn resolve(&self, model: &str, version: Option<i64>) -> Result<Arc<LoadedVersion>, Error> {
+        Registry::resolve(self, model, version)
+    }
+
+    fn resolve_own(&self, model: &str, version: Option<i64>) -> Result<Arc<LoadedVersion>, Error> {
+        Registry::resolve_own(self, model, version)
+    }
+}
+
 /// Steps an ensemble may nest through other ensembles before the engine
 /// stops following them (cycles are refused at load; this is a backstop).
 const MAX_NESTING: usize = 32;

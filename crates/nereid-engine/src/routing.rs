@@ -94,7 +94,7 @@ impl Engine {
         let state = self
             .inner
             .traffic
-            .apply(model, spec, current.stamp(), &registry)?;
+            .apply(model, spec, current.stamp(), &*registry)?;
         drop(registry);
         tracing::info!(model, labels = ?state.spec.labels, "traffic settings changed");
         Ok(TrafficView {
@@ -113,7 +113,7 @@ impl Engine {
             let _serialized = lock.lock();
             engine.model(&model, None)?;
             let registry = engine.inner.registry.read();
-            let state = engine.inner.traffic.rollback(&model, &label, &registry)?;
+            let state = engine.inner.traffic.rollback(&model, &label, &*registry)?;
             drop(registry);
             tracing::info!(model, label, labels = ?state.spec.labels, "label rolled back");
             Ok(TrafficView { model, state })
@@ -158,7 +158,7 @@ impl Engine {
     ) {
         let applied = spec.map_err(Error::from).and_then(|spec| {
             let registry = self.inner.registry.read();
-            self.inner.traffic.apply(model, spec, stamp, &registry)
+            self.inner.traffic.apply(model, spec, stamp, &*registry)
         });
         match applied {
             Ok(state) => {

@@ -7,29 +7,54 @@
 //! are swapped in whole: a label moves atomically, between two requests,
 //! with nothing reloaded. Versions a label names, or named before its
 //! last move (for a rollback), stay loaded whatever the version policy.
+//!
+//! The engine's loaded versions and registry come in through the
+//! [`Served`] and [`Versions`] traits: this crate must not depend on the
+//! engine, a wire format, a frontend or a backend.
 
 mod degrade;
+mod route;
 mod shadow;
 mod split;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nereid_core::{
-    Error, InferRequest, InferResponse, InputTensor, ModelVersion, Parameter, Routing, Tensor,
-};
+use futures::future::BoxFuture;
+use nereid_core::{Error, InferRequest, InferResponse, InputTensor, Parameter, Tensor};
 use nereid_repository::traffic::{DEFAULT_STICKY_KEY, FileStamp, TrafficSpec};
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::oneshot;
 
-use crate::model::LoadedVersion;
-use crate::registry::Registry;
 use degrade::Degrade;
+pub use route::{Route, Watch, unknown_label};
 pub use shadow::ShadowCounts;
-use shadow::{ShadowCounters, ShadowJob, ShadowQueue};
+use shadow::{ShadowCounters, ShadowQueue};
 use split::Split;
+
+/// A loaded version as traffic management sees it: its number, how its
+/// queue fares (for the fallback), and a way to run a shadow copy on it.
+/// The engine's loaded versions implement it.
+pub trait Served: Send + Sync + 'static {
+    fn version(&self) -> i64;
+    /// Requests queued so far, and the nanoseconds they waited in all.
+    fn queued(&self) -> (u64, u64);
+    /// Requests accepted and not yet executing.
+    fn pending(&self) -> u64;
+    /// Runs `request` (a shadow copy) on this version.
+    fn infer(&self, request: InferRequest) -> BoxFuture<'_, Result<InferResponse, Error>>;
+}
+
+/// The loaded versions, as traffic management looks them up (the
+/// engine's registry).
+pub trait Versions<V> {
+    /// The version of `model` that serves `version` (`None`: the policy's).
+    fn resolve(&self, model: &str, version: Option<i64>) -> Result<Arc<V>, Error>;
+    /// As [`Versions::resolve`], for `model`'s own versions only: never an
+    /// ensemble's readiness through its composing models.
+    fn resolve_own(&self, model: &str, version: Option<i64>) -> Result<Arc<V>, Error>;
+}
 
 /// The response parameter that marks an answer a fallback model gave; its
 /// value names the model the request was for.
@@ -197,15 +222,15 @@ struct Counters {
 }
 
 /// One model's traffic: its settings, counters and running parts.
-struct ModelTraffic {
+struct ModelTraffic<V> {
     state: RwLock<Arc<TrafficState>>,
     counters: Counters,
     degrade: Degrade,
-    shadow: Mutex<Option<ShadowQueue>>,
+    shadow: Mutex<Option<ShadowQueue<V>>>,
 }
 
-impl ModelTraffic {
-    fn new(state: TrafficState) -> ModelTraffic {
+impl<V: Served> ModelTraffic<V> {
+    fn new(state: TrafficState) -> ModelTraffic<V> {
         ModelTraffic {
             state: RwLock::new(Arc::new(state)),
             counters: Counters::default(),
@@ -225,12 +250,20 @@ pub struct TrafficMetrics {
 }
 
 /// Every model's traffic settings.
-pub(crate) struct Traffic {
-    models: RwLock<HashMap<String, Arc<ModelTraffic>>>,
+pub struct Traffic<V> {
+    models: RwLock<HashMap<String, Arc<ModelTraffic<V>>>>,
     observer: RwLock<Arc<dyn RouteObserver>>,
 }
 
-impl Default for Traffic {
+impl<V> std::fmt::Debug for Traffic<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Traffic")
+            .field("models", &self.models.read().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<V: Served> Default for Traffic<V> {
     fn default() -> Self {
         Traffic {
             models: RwLock::default(),
@@ -239,37 +272,12 @@ impl Default for Traffic {
     }
 }
 
-/// Where a request goes, and what to do when it is answered.
-pub(crate) struct Route {
-    pub version: Arc<LoadedVersion>,
-    note: Option<RouteNote>,
-}
-
-struct RouteNote {
-    traffic: Arc<ModelTraffic>,
-    observer: Arc<dyn RouteObserver>,
-    model: String,
-    label: Option<String>,
-    routed_by: RoutedBy,
-    key: Option<String>,
-    fallback: Option<String>,
-    started: Instant,
-    log_tensors: bool,
-    shadow: Option<ShadowTicket>,
-}
-
-/// A shadow copy about to be queued, waiting for the served answer.
-struct ShadowTicket {
-    version: Arc<LoadedVersion>,
-    tolerance: f64,
-}
-
-impl Traffic {
+impl<V: Served> Traffic<V> {
     pub fn set_observer(&self, observer: Arc<dyn RouteObserver>) {
         *self.observer.write() = observer;
     }
 
-    fn get(&self, model: &str) -> Option<Arc<ModelTraffic>> {
+    fn get(&self, model: &str) -> Option<Arc<ModelTraffic<V>>> {
         self.models.read().get(model).cloned()
     }
 
@@ -307,7 +315,7 @@ impl Traffic {
         model: &str,
         spec: TrafficSpec,
         stamp: Option<FileStamp>,
-        registry: &Registry,
+        registry: &dyn Versions<V>,
     ) -> Result<Arc<TrafficState>, Error> {
         let current = self.state(model).unwrap_or_default();
         let serving = |name: &str, what: &str| -> Result<i64, Error> {
@@ -358,7 +366,7 @@ impl Traffic {
         &self,
         model: &str,
         label: &str,
-        registry: &Registry,
+        registry: &dyn Versions<V>,
     ) -> Result<Arc<TrafficState>, Error> {
         let current = self.state(model).unwrap_or_default();
         let Some(&back) = current.previous.get(label) else {
@@ -391,67 +399,6 @@ impl Traffic {
         }
     }
 
-    /// Chooses the version `request` runs on: the one it names (by number
-    /// or label), else by the split, else by the version policy; or the
-    /// fallback model while the model's queue is too long. Sets the
-    /// request's version (and model, for a fallback) to the choice.
-    pub fn route(&self, registry: &Registry, request: &mut InferRequest) -> Result<Route, Error> {
-        let Some(traffic) = self.get(&request.model_name) else {
-            return plain(registry, request);
-        };
-        let state = Arc::clone(&traffic.state.read());
-        let model = request.model_name.clone();
-        if let ModelVersion::Label(label) = &request.routing.version {
-            let version = state
-                .spec
-                .labels
-                .get(label)
-                .ok_or_else(|| unknown_label(&model, label, true))?;
-            request.routing.version = ModelVersion::Number(*version);
-        }
-        let key = state.sticky_key(request);
-        let (mut routed_by, fallback) = match request.routing.version {
-            ModelVersion::Latest => choose(&traffic, &state, registry, request, key.as_deref()),
-            _ => (RoutedBy::Request, None),
-        };
-        let version = match registry.resolve(&request.model_name, request.routing.version.number())
-        {
-            Ok(version) => version,
-            // A version the split chose that cannot serve now (being
-            // replaced): the policy's version serves instead.
-            Err(_) if matches!(routed_by, RoutedBy::Key | RoutedBy::Weight) => {
-                routed_by = RoutedBy::Policy;
-                registry.resolve(&model, None)?
-            }
-            Err(e) => return Err(e),
-        };
-        request.routing.version = ModelVersion::Number(version.version);
-        let shadow = match fallback {
-            None => shadow_ticket(&state, registry, &model, version.version),
-            Some(_) => None,
-        };
-        let log_tensors = state.spec.log_tensors > 0.0 && split::unit() < state.spec.log_tensors;
-        let label = match &fallback {
-            None => state.label_of(version.version).map(str::to_string),
-            Some(_) => None,
-        };
-        Ok(Route {
-            version,
-            note: Some(RouteNote {
-                observer: Arc::clone(&self.observer.read()),
-                traffic,
-                model,
-                label,
-                routed_by,
-                key,
-                fallback,
-                started: Instant::now(),
-                log_tensors,
-                shadow,
-            }),
-        })
-    }
-
     /// Records the observer dropped; `None` without an observer.
     pub fn observer_dropped(&self) -> Option<u64> {
         self.observer.read().dropped()
@@ -472,194 +419,5 @@ impl Traffic {
             .collect();
         rows.sort_by(|a, b| a.model.cmp(&b.model));
         rows
-    }
-}
-
-/// The version for a request that names none: the fallback model's while
-/// the model's queue is too long, else the split's choice, else the
-/// policy's. Sets the request's model and version; answers how it was
-/// chosen and the fallback model, if that serves.
-fn choose(
-    traffic: &ModelTraffic,
-    state: &TrafficState,
-    registry: &Registry,
-    request: &mut InferRequest,
-    key: Option<&str>,
-) -> (RoutedBy, Option<String>) {
-    if let Some(spec) = &state.spec.fallback
-        && let Ok(primary) = registry.resolve_own(&request.model_name, None)
-        && traffic.degrade.is_degraded(&primary.stats, spec.queue_ms)
-        && let Ok(version) = registry.resolve(&spec.model, None)
-    {
-        traffic.counters.fallback.fetch_add(1, Ordering::Relaxed);
-        request.model_name.clone_from(&spec.model);
-        request.routing.version = ModelVersion::Number(version.version);
-        return (RoutedBy::Fallback, Some(spec.model.clone()));
-    }
-    let Some(split) = &state.split else {
-        return (RoutedBy::Policy, None);
-    };
-    request.routing.version = ModelVersion::Number(split.choose(key));
-    match key {
-        Some(_) => (RoutedBy::Key, None),
-        None => (RoutedBy::Weight, None),
-    }
-}
-
-/// The shadow copy's version for a request `served` answers, when the
-/// settings ask for one and the draw takes this request.
-fn shadow_ticket(
-    state: &TrafficState,
-    registry: &Registry,
-    model: &str,
-    served: i64,
-) -> Option<ShadowTicket> {
-    let spec = state.spec.shadow.as_ref()?;
-    let target = state.spec.version_of(&spec.version)?;
-    let take = target != served && spec.fraction > 0.0 && split::unit() < spec.fraction;
-    take.then(|| {
-        registry
-            .resolve_own(model, Some(target))
-            .ok()
-            .map(|v| ShadowTicket {
-                version: v,
-                tolerance: spec.tolerance,
-            })
-    })?
-}
-
-/// A request to a model without traffic settings.
-fn plain(registry: &Registry, request: &InferRequest) -> Result<Route, Error> {
-    let version = match &request.routing.version {
-        ModelVersion::Label(label) => return Err(unknown_label(&request.model_name, label, false)),
-        version => version.number(),
-    };
-    Ok(Route {
-        version: registry.resolve(&request.model_name, version)?,
-        note: None,
-    })
-}
-
-/// The answer to a request naming `label`, which `model` does not have:
-/// for a model with labels, that it has no such label; for one without,
-/// Triton's words for a version that is not a number.
-pub(crate) fn unknown_label(model: &str, label: &str, has_labels: bool) -> Error {
-    if has_labels {
-        Error::not_found(format!(
-            "Request for unknown model: '{model}' has no version label '{label}'"
-        ))
-    } else {
-        Error::invalid_argument(format!(
-            "failed to get model version from specified version string '{label}' (details: stol), version should be an integral value > 0"
-        ))
-    }
-}
-
-/// What happens around a routed request's run: the shadow copy taken
-/// before it, the record after it.
-pub(crate) struct Watch {
-    note: Option<RouteNote>,
-    request_id: String,
-    tensors: Option<Vec<InputTensor>>,
-    answer: Option<oneshot::Sender<Result<InferResponse, String>>>,
-}
-
-impl Route {
-    /// Takes what the record and the shadow need of `request` (its inputs
-    /// read from shared memory already), and queues the shadow copy.
-    pub fn watch(&mut self, request: &InferRequest) -> Watch {
-        let Some(mut note) = self.note.take() else {
-            return Watch {
-                note: None,
-                request_id: String::new(),
-                tensors: None,
-                answer: None,
-            };
-        };
-        let tensors = note.log_tensors.then(|| request.inputs.clone());
-        let answer = note.shadow.take().and_then(|ticket| {
-            let queue = shadow_queue(&note)?;
-            let (sender, receiver) = oneshot::channel();
-            let job = ShadowJob {
-                request: InferRequest {
-                    trace: None,
-                    routing: Routing {
-                        version: ModelVersion::Number(ticket.version.version),
-                        ..request.routing.clone()
-                    },
-                    ..request.clone()
-                },
-                primary_version: self.version.version,
-                shadow: ticket.version,
-                tolerance: ticket.tolerance,
-                answer: receiver,
-            };
-            queue
-                .offer(job, &note.traffic.counters.shadow)
-                .then_some(sender)
-        });
-        Watch {
-            note: Some(note),
-            request_id: request.id.clone(),
-            tensors,
-            answer,
-        }
-    }
-}
-
-/// The model's shadow queue, started on first use (and again when the
-/// queue's size changed).
-fn shadow_queue(note: &RouteNote) -> Option<ShadowQueue> {
-    let capacity = note.traffic.state.read().spec.shadow.as_ref()?.queue;
-    let mut slot = note.traffic.shadow.lock();
-    if slot.as_ref().is_none_or(|q| q.capacity() != capacity) {
-        *slot = ShadowQueue::start(
-            note.model.clone(),
-            capacity,
-            Arc::clone(&note.traffic.counters.shadow),
-            Arc::clone(&note.observer),
-        );
-    }
-    slot.clone()
-}
-
-impl Watch {
-    /// Records the answer: the route log, the shadow's comparison, and the
-    /// fallback mark in the response.
-    pub fn finish(self, version: i64, result: &mut Result<InferResponse, Error>) {
-        let Some(note) = self.note else {
-            return;
-        };
-        if let (Some(_), Ok(response)) = (&note.fallback, result.as_mut()) {
-            response.parameters.insert(
-                FALLBACK_PARAMETER.to_string(),
-                Parameter::String(note.model.clone()),
-            );
-        }
-        if let Some(answer) = self.answer {
-            let _ = answer.send(match result {
-                Ok(response) => Ok(response.clone()),
-                Err(e) => Err(e.message().to_string()),
-            });
-        }
-        let tensors = self.tensors.map(|inputs| {
-            let outputs = result
-                .as_ref()
-                .map(|r| r.outputs.clone())
-                .unwrap_or_default();
-            (inputs, outputs)
-        });
-        note.observer.routed(RouteRecord {
-            model: note.model,
-            version,
-            label: note.label,
-            routed_by: note.routed_by,
-            request_id: self.request_id,
-            key: note.key,
-            fallback: note.fallback,
-            latency: note.started.elapsed(),
-            error: result.as_ref().err().map(|e| e.message().to_string()),
-            tensors,
-        });
     }
 }

@@ -12,8 +12,7 @@ use std::time::Instant;
 use nereid_core::{DataType, Error, InferRequest, InferResponse, Tensor};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{RouteObserver, ShadowOutcome, ShadowRecord};
-use crate::model::LoadedVersion;
+use super::{RouteObserver, Served, ShadowOutcome, ShadowRecord};
 
 /// How shadow copies fared, per model.
 #[derive(Debug, Default)]
@@ -46,29 +45,37 @@ impl ShadowCounters {
 
 /// One copy to run: the request, the version it runs on, and where the
 /// client's answer will arrive for the comparison.
-pub struct ShadowJob {
+pub struct ShadowJob<V> {
     pub request: InferRequest,
-    pub shadow: Arc<LoadedVersion>,
+    pub shadow: Arc<V>,
     pub primary_version: i64,
     pub tolerance: f64,
     pub answer: oneshot::Receiver<Result<InferResponse, String>>,
 }
 
 /// The sending side of a model's shadow queue.
-#[derive(Debug, Clone)]
-pub struct ShadowQueue {
-    sender: mpsc::Sender<ShadowJob>,
+pub struct ShadowQueue<V> {
+    sender: mpsc::Sender<ShadowJob<V>>,
     capacity: usize,
 }
 
-impl ShadowQueue {
+impl<V> Clone for ShadowQueue<V> {
+    fn clone(&self) -> Self {
+        ShadowQueue {
+            sender: self.sender.clone(),
+            capacity: self.capacity,
+        }
+    }
+}
+
+impl<V: Served> ShadowQueue<V> {
     /// Starts the worker on the current runtime; `None` outside one.
     pub fn start(
         model: String,
         capacity: usize,
         counters: Arc<ShadowCounters>,
         observer: Arc<dyn RouteObserver>,
-    ) -> Option<ShadowQueue> {
+    ) -> Option<ShadowQueue<V>> {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
         let (sender, receiver) = mpsc::channel(capacity);
         runtime.spawn(run(model, receiver, counters, observer));
@@ -80,7 +87,7 @@ impl ShadowQueue {
     }
 
     /// Queues `job`, or drops it when the queue is full; `false` if dropped.
-    pub fn offer(&self, job: ShadowJob, counters: &ShadowCounters) -> bool {
+    pub fn offer(&self, job: ShadowJob<V>, counters: &ShadowCounters) -> bool {
         let queued = self.sender.try_send(job).is_ok();
         if !queued {
             counters.dropped.fetch_add(1, Ordering::Relaxed);
@@ -89,25 +96,25 @@ impl ShadowQueue {
     }
 }
 
-impl std::fmt::Debug for ShadowJob {
+impl<V: Served> std::fmt::Debug for ShadowJob<V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShadowJob")
             .field("model", &self.request.model_name)
-            .field("shadow", &self.shadow.version)
+            .field("shadow", &self.shadow.version())
             .finish_non_exhaustive()
     }
 }
 
-async fn run(
+async fn run<V: Served>(
     model: String,
-    mut jobs: mpsc::Receiver<ShadowJob>,
+    mut jobs: mpsc::Receiver<ShadowJob<V>>,
     counters: Arc<ShadowCounters>,
     observer: Arc<dyn RouteObserver>,
 ) {
     while let Some(job) = jobs.recv().await {
         let started = Instant::now();
         let request_id = job.request.id.clone();
-        let shadow_version = job.shadow.version;
+        let shadow_version = job.shadow.version();
         let shadowed = job.shadow.infer(job.request).await;
         let latency = started.elapsed();
         // The client's answer; a request the client dropped has none.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::stats::ModelStats;
+use crate::Served;
 
 /// How often the queue time is looked at.
 const LOOK: Duration = Duration::from_millis(50);
@@ -30,27 +30,27 @@ struct State {
 impl Degrade {
     /// Whether requests go to the fallback now, given the serving
     /// version's statistics and the threshold in milliseconds.
-    pub fn is_degraded(&self, stats: &ModelStats, threshold_ms: f64) -> bool {
+    pub fn is_degraded(&self, served: &dyn Served, threshold_ms: f64) -> bool {
         let now = Instant::now();
         let mut state = self.state.lock();
         if state.at.is_some_and(|at| now.duration_since(at) < LOOK) {
             return state.degraded;
         }
-        let queue = stats.queue_time();
+        let (queued, waited_ns) = served.queued();
         let (count, ns) = (
-            queue.count.saturating_sub(state.count),
-            queue.ns.saturating_sub(state.ns),
+            queued.saturating_sub(state.count),
+            waited_ns.saturating_sub(state.ns),
         );
         let first = state.at.is_none();
         state.at = Some(now);
-        state.count = queue.count;
-        state.ns = queue.ns;
+        state.count = queued;
+        state.ns = waited_ns;
         if first {
             return false;
         }
         let threshold_ns = threshold_ms * 1e6;
         state.degraded = if count == 0 {
-            state.degraded && stats.pending() > 0
+            state.degraded && served.pending() > 0
         } else {
             let mean = ns as f64 / count as f64;
             if state.degraded {
