@@ -263,3 +263,7 @@ impl<T: SequenceStep> Scheduler<T> for SequenceBatcher<T> {
         SequenceBatcher::submit(self, item)
     }
 }
+
+#[cfg(test)]
+#[path = "seam_tests.rs"]
+mod tests;
