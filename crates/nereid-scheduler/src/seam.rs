@@ -6,9 +6,11 @@
 //! the ones not implemented, lives in this crate.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use nereid_core::Error;
-use nereid_core::model_config::ModelConfig;
+use nereid_core::model_config::model_sequence_batching::StrategyOldest;
+use nereid_core::model_config::{ModelConfig, ModelSequenceBatching};
 
 use crate::work_queue::{TrySendError, WorkSender};
 use crate::{
@@ -120,7 +122,7 @@ pub enum Plan {
     Direct,
     /// `dynamic_batching`.
     Dynamic(BatcherConfig),
-    /// `sequence_batching` with the direct strategy.
+    /// `sequence_batching`, with either strategy.
     Sequence(SequenceConfig),
 }
 
@@ -135,86 +137,115 @@ impl Plan {
 /// The plan of `config`.
 pub fn plan(config: &ModelConfig) -> Result<Plan, Error> {
     use nereid_core::model_config::model_config::SchedulingChoice;
-    use nereid_core::model_config::model_sequence_batching::StrategyChoice;
     if let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice {
-        if config.parameters.contains_key(crate::policy::TARGET_KEY) {
-            return Err(Error::invalid_argument(format!(
-                "model '{}': {} works with dynamic_batching only, not sequence_batching",
-                config.name,
-                crate::policy::TARGET_KEY
-            )));
-        }
-        let unsupported = |field: &str| {
-            Error::invalid_argument(format!(
-                "model '{}': {field} is not supported yet",
-                config.name
-            ))
-        };
-        let max_batch_size = usize::try_from(config.max_batch_size.max(1)).unwrap_or(1);
-        let (strategy, slots) = match &sb.strategy_choice {
-            Some(StrategyChoice::Oldest(oldest)) => {
-                if oldest.preserve_ordering {
-                    return Err(unsupported("sequence_batching.oldest.preserve_ordering"));
-                }
-                let mut preferred: Vec<usize> = oldest
-                    .preferred_batch_size
-                    .iter()
-                    .filter_map(|&p| usize::try_from(p).ok())
-                    .filter(|&p| p >= 1)
-                    .collect();
-                preferred.sort_unstable();
-                preferred.dedup();
-                let candidates = usize::try_from(oldest.max_candidate_sequences)
-                    .ok()
-                    .filter(|&c| c > 0)
-                    .unwrap_or(max_batch_size);
-                let strategy = Strategy::Oldest {
-                    max_batch_size,
-                    preferred,
-                    max_queue_delay: std::time::Duration::from_micros(
-                        oldest.max_queue_delay_microseconds,
-                    ),
-                };
-                (strategy, candidates)
-            }
-            Some(StrategyChoice::Direct(direct)) => (
-                Strategy::Direct {
-                    max_queue_delay: std::time::Duration::from_micros(
-                        direct.max_queue_delay_microseconds,
-                    ),
-                    minimum_slot_utilization: direct.minimum_slot_utilization,
-                },
-                max_batch_size,
-            ),
-            None => (
-                Strategy::Direct {
-                    max_queue_delay: std::time::Duration::ZERO,
-                    minimum_slot_utilization: 0.0,
-                },
-                max_batch_size,
-            ),
-        };
-        if sb.iterative_sequence {
-            return Err(unsupported("sequence_batching.iterative_sequence"));
-        }
-        let idle = match sb.max_sequence_idle_microseconds {
-            0 => std::time::Duration::from_secs(1),
-            us => std::time::Duration::from_micros(us),
-        };
-        return Ok(Plan::Sequence(SequenceConfig {
-            model: config.name.clone(),
-            strategy,
-            slots_per_instance: slots,
-            idle,
-            max_backlog: DEFAULT_MAX_BACKLOG,
-            reaped: Arc::default(),
-        }));
+        return sequence_plan(config, sb).map(Plan::Sequence);
     }
     match BatcherConfig::from_model_config(config) {
         Ok(Some(batcher)) => Ok(Plan::Dynamic(batcher)),
         Ok(None) => Ok(Plan::Direct),
         Err(e) => Err(e.into()),
     }
+}
+
+/// The sequence batcher `sb` asks for. A config with several fields this
+/// crate does not implement is refused naming the first of them in this
+/// order: the latency target, the strategy's, the rest.
+fn sequence_plan(
+    config: &ModelConfig,
+    sb: &ModelSequenceBatching,
+) -> Result<SequenceConfig, Error> {
+    if config.parameters.contains_key(crate::policy::TARGET_KEY) {
+        return Err(Error::invalid_argument(format!(
+            "model '{}': {} works with dynamic_batching only, not sequence_batching",
+            config.name,
+            crate::policy::TARGET_KEY
+        )));
+    }
+    let (strategy, slots) = sequence_strategy(config, sb)?;
+    if sb.iterative_sequence {
+        return Err(unsupported(
+            &config.name,
+            "sequence_batching.iterative_sequence",
+        ));
+    }
+    let idle = match sb.max_sequence_idle_microseconds {
+        0 => Duration::from_secs(1),
+        us => Duration::from_micros(us),
+    };
+    Ok(SequenceConfig {
+        model: config.name.clone(),
+        strategy,
+        slots_per_instance: slots,
+        idle,
+        max_backlog: DEFAULT_MAX_BACKLOG,
+        reaped: Arc::default(),
+    })
+}
+
+/// The strategy `sb` chooses and the sequence slots each instance gets
+/// with it: one per batch row unless the oldest strategy sets its own.
+fn sequence_strategy(
+    config: &ModelConfig,
+    sb: &ModelSequenceBatching,
+) -> Result<(Strategy, usize), Error> {
+    use nereid_core::model_config::model_sequence_batching::StrategyChoice;
+    let max_batch_size = usize::try_from(config.max_batch_size.max(1)).unwrap_or(1);
+    Ok(match &sb.strategy_choice {
+        Some(StrategyChoice::Oldest(oldest)) => {
+            oldest_strategy(&config.name, oldest, max_batch_size)?
+        }
+        Some(StrategyChoice::Direct(direct)) => (
+            Strategy::Direct {
+                max_queue_delay: Duration::from_micros(direct.max_queue_delay_microseconds),
+                minimum_slot_utilization: direct.minimum_slot_utilization,
+            },
+            max_batch_size,
+        ),
+        None => (
+            Strategy::Direct {
+                max_queue_delay: Duration::ZERO,
+                minimum_slot_utilization: 0.0,
+            },
+            max_batch_size,
+        ),
+    })
+}
+
+/// The oldest strategy, with `max_candidate_sequences` slots an instance
+/// (a slot per batch row when it is not set).
+fn oldest_strategy(
+    model: &str,
+    oldest: &StrategyOldest,
+    max_batch_size: usize,
+) -> Result<(Strategy, usize), Error> {
+    if oldest.preserve_ordering {
+        return Err(unsupported(
+            model,
+            "sequence_batching.oldest.preserve_ordering",
+        ));
+    }
+    let mut preferred: Vec<usize> = oldest
+        .preferred_batch_size
+        .iter()
+        .filter_map(|&p| usize::try_from(p).ok())
+        .filter(|&p| p >= 1)
+        .collect();
+    preferred.sort_unstable();
+    preferred.dedup();
+    let candidates = usize::try_from(oldest.max_candidate_sequences)
+        .ok()
+        .filter(|&c| c > 0)
+        .unwrap_or(max_batch_size);
+    let strategy = Strategy::Oldest {
+        max_batch_size,
+        preferred,
+        max_queue_delay: Duration::from_micros(oldest.max_queue_delay_microseconds),
+    };
+    Ok((strategy, candidates))
+}
+
+fn unsupported(model: &str, field: &str) -> Error {
+    Error::invalid_argument(format!("model '{model}': {field} is not supported yet"))
 }
 
 /// A started scheduler, and the response order to keep when the config
