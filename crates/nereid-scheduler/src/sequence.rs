@@ -24,10 +24,11 @@
 //! while holding it. Every decision reads the time from the batcher's
 //! [`Clock`], which tests pause and move by hand.
 
+mod clock;
 mod types;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nereid_core::Error;
@@ -35,6 +36,9 @@ use parking_lot::Mutex;
 
 use crate::work_queue::WorkSender;
 use crate::{Dispatch, SlotPermit};
+#[cfg(test)]
+use clock::PausedClock;
+use clock::{Clock, Ticker};
 
 pub use nereid_core::CorrelationId;
 pub use types::{
@@ -100,73 +104,6 @@ struct Shared<T> {
     clock: Clock,
 }
 
-/// Where the batcher reads the time.
-#[derive(Clone, Default)]
-enum Clock {
-    /// The system's monotonic clock; a reaper thread acts on it.
-    #[default]
-    System,
-    /// A clock that moves only when a test moves it; no reaper thread
-    /// runs, the test ticks the batcher itself.
-    #[cfg(test)]
-    Paused(Arc<PausedClock>),
-}
-
-impl Clock {
-    fn now(&self) -> Instant {
-        match self {
-            Clock::System => Instant::now(),
-            #[cfg(test)]
-            Clock::Paused(clock) => clock.now(),
-        }
-    }
-}
-
-/// A paused clock for tests: it reads a fixed start plus the time it was
-/// moved forward by.
-#[cfg(test)]
-#[derive(Debug)]
-pub(crate) struct PausedClock {
-    start: Instant,
-    moved: Mutex<Duration>,
-}
-
-#[cfg(test)]
-impl PausedClock {
-    pub(crate) fn new() -> Arc<PausedClock> {
-        Arc::new(PausedClock {
-            start: Instant::now(),
-            moved: Mutex::new(Duration::ZERO),
-        })
-    }
-
-    pub(crate) fn now(&self) -> Instant {
-        self.start + *self.moved.lock()
-    }
-
-    pub(crate) fn advance(&self, by: Duration) {
-        *self.moved.lock() += by;
-    }
-}
-
-/// Wakes the reaper thread early: when a batch must go at a time (the
-/// oldest strategy's queue delay), and when the batcher is dropped.
-#[derive(Default)]
-struct Ticker {
-    due: Mutex<Option<Instant>>,
-    wake: parking_lot::Condvar,
-}
-
-impl Ticker {
-    fn at(&self, when: Instant) {
-        let mut due = self.due.lock();
-        if due.is_none_or(|d| when < d) {
-            *due = Some(when);
-            self.wake.notify_one();
-        }
-    }
-}
-
 /// The sending side of a model's sequence batcher.
 pub struct SequenceBatcher<T> {
     shared: Arc<Shared<T>>,
@@ -174,7 +111,7 @@ pub struct SequenceBatcher<T> {
 
 impl<T> Drop for SequenceBatcher<T> {
     fn drop(&mut self) {
-        self.shared.ticker.wake.notify_all();
+        self.shared.ticker.wake_now();
     }
 }
 
@@ -244,7 +181,6 @@ impl<T: SequenceStep> SequenceBatcher<T> {
                 running: Vec::new(),
             })
             .collect();
-        let ticker = Arc::new(Ticker::default());
         let shared = Arc::new(Shared {
             config,
             state: Mutex::new(State {
@@ -253,12 +189,12 @@ impl<T: SequenceStep> SequenceBatcher<T> {
                 backlog: VecDeque::new(),
             }),
             queues,
-            ticker: Arc::clone(&ticker),
+            ticker: Arc::default(),
             farewell,
             clock,
         });
         if matches!(shared.clock, Clock::System) {
-            start_reaper(Arc::downgrade(&shared), ticker)?;
+            start_reaper(&shared)?;
         }
         Ok(SequenceBatcher { shared })
     }
@@ -659,35 +595,16 @@ fn rows_of<T>(instance: &Instance<T>) -> usize {
 
 /// Reaps idle sequences now and then, and sends batches whose queue delay
 /// passed, until the batcher is gone.
-fn start_reaper<T: SequenceStep>(
-    shared: Weak<Shared<T>>,
-    ticker: Arc<Ticker>,
-) -> Result<(), Error> {
-    let period = shared
-        .upgrade()
-        .map(|s| (s.config.idle / 4).clamp(Duration::from_millis(5), Duration::from_secs(1)))
-        .unwrap_or(Duration::from_secs(1));
-    std::thread::Builder::new()
-        .name("nereid-seq-reaper".into())
-        .spawn(move || {
-            loop {
-                {
-                    let mut due = ticker.due.lock();
-                    let until =
-                        due.map_or(Instant::now() + period, |d| d.min(Instant::now() + period));
-                    if Instant::now() < until {
-                        ticker.wake.wait_until(&mut due, until);
-                    }
-                    *due = None;
-                }
-                let Some(shared) = shared.upgrade() else {
-                    return;
-                };
-                Shared::reap(&shared, shared.clock.now());
-            }
-        })
-        .map(drop)
-        .map_err(|e| Error::internal(format!("cannot start the sequence reaper: {e}")))
+fn start_reaper<T: SequenceStep>(shared: &Arc<Shared<T>>) -> Result<(), Error> {
+    let period = (shared.config.idle / 4).clamp(Duration::from_millis(5), Duration::from_secs(1));
+    let weak = Arc::downgrade(shared);
+    clock::start_reaper(Arc::clone(&shared.ticker), period, move || {
+        let Some(shared) = weak.upgrade() else {
+            return false;
+        };
+        Shared::reap(&shared, shared.clock.now());
+        true
+    })
 }
 
 #[cfg(test)]
