@@ -25,9 +25,9 @@
 //! [`Clock`], which tests pause and move by hand.
 
 mod clock;
+mod state;
 mod types;
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,61 +39,12 @@ use crate::{Dispatch, SlotPermit};
 #[cfg(test)]
 use clock::PausedClock;
 use clock::{Clock, Ticker};
+use state::{Admitted, State};
 
 pub use nereid_core::CorrelationId;
 pub use types::{
     DEFAULT_MAX_BACKLOG, Farewell, Placement, SequenceConfig, SequenceState, SequenceStep, Strategy,
 };
-
-struct Live {
-    id: CorrelationId,
-    state: SequenceState,
-    last_seen: Instant,
-}
-
-struct Slot<T> {
-    sequence: Option<Live>,
-    /// Requests with when they arrived.
-    pending: VecDeque<(T, Instant)>,
-    /// When its sequence's last step was answered: its next one is
-    /// expected soon.
-    answered: Option<Instant>,
-}
-
-impl<T> Slot<T> {
-    fn is_free(&self) -> bool {
-        self.sequence.is_none() && self.pending.is_empty()
-    }
-}
-
-struct Instance<T> {
-    busy: bool,
-    slots: Vec<Slot<T>>,
-    /// The slots whose requests the running batch holds.
-    running: Vec<usize>,
-}
-
-/// A sequence that waits for a slot.
-struct Waiting<T> {
-    id: CorrelationId,
-    items: VecDeque<(T, Instant)>,
-    /// Its END request has arrived: it takes a slot only to run what it has.
-    ended: bool,
-    last_seen: Instant,
-}
-
-/// Where a sequence that may still get requests is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Where {
-    Slot { instance: usize, slot: usize },
-    Backlog,
-}
-
-struct State<T> {
-    instances: Vec<Instance<T>>,
-    live: HashMap<CorrelationId, Where>,
-    backlog: VecDeque<Waiting<T>>,
-}
 
 struct Shared<T> {
     config: SequenceConfig,
@@ -166,28 +117,10 @@ impl<T: SequenceStep> SequenceBatcher<T> {
         farewell: Option<Farewell<T>>,
         clock: Clock,
     ) -> Result<SequenceBatcher<T>, Error> {
-        let slots = config.slots_per_instance.max(1);
-        let instances = queues
-            .iter()
-            .map(|_| Instance {
-                busy: false,
-                slots: (0..slots)
-                    .map(|_| Slot {
-                        sequence: None,
-                        pending: VecDeque::new(),
-                        answered: None,
-                    })
-                    .collect(),
-                running: Vec::new(),
-            })
-            .collect();
+        let state = State::new(queues.len(), config.slots_per_instance.max(1));
         let shared = Arc::new(Shared {
             config,
-            state: Mutex::new(State {
-                instances,
-                live: HashMap::new(),
-                backlog: VecDeque::new(),
-            }),
+            state: Mutex::new(state),
             queues,
             ticker: Arc::default(),
             farewell,
@@ -224,79 +157,28 @@ impl<T: SequenceStep> Shared<T> {
     fn submit(this: &Arc<Self>, item: T, now: Instant) -> Result<(), Error> {
         let model = &this.config.model;
         let id = item.correlation_id().clone();
-        let (start, end) = (item.is_start(), item.is_end());
         let mut state = this.state.lock();
-        let out = match state.live.get(&id).copied() {
-            Some(Where::Slot { instance, slot }) => {
-                if start {
-                    tracing::warn!(model = %model, sequence = %id, "a sequence started again before it ended; the previous one ends early");
-                }
-                let target = &mut state.instances[instance].slots[slot];
-                if let Some(live) = &mut target.sequence {
-                    live.last_seen = now;
-                }
-                target.pending.push_back((item, now));
-                if end {
-                    state.live.remove(&id);
-                }
-                this.next_batch(&mut state, instance, now)
-            }
-            Some(Where::Backlog) => {
-                if start {
-                    tracing::warn!(model = %model, sequence = %id, "a sequence started again before it ended; the previous one ends early");
-                }
-                if let Some(waiting) = state.backlog.iter_mut().find(|w| w.id == id && !w.ended) {
-                    waiting.items.push_back((item, now));
-                    waiting.last_seen = now;
-                    waiting.ended = end;
-                }
-                if end {
-                    state.live.remove(&id);
-                }
-                None
-            }
-            None if !start => {
+        if item.is_start() && state.is_live(&id) {
+            tracing::warn!(model = %model, sequence = %id, "a sequence started again before it ended; the previous one ends early");
+        }
+        let out = match state.admit(item, now, this.config.max_backlog) {
+            Admitted::Slot(instance) => this.next_batch(&mut state, instance, now),
+            Admitted::Backlog => None,
+            Admitted::NotStarted(item) => {
                 drop(state);
                 item.reject(Error::invalid_argument(format!(
                     "inference request for sequence {id} to model '{model}' must specify the START flag on the first request of the sequence"
                 )));
                 return Ok(());
             }
-            None => match free_slot(&state.instances) {
-                Some((instance, slot)) => {
-                    let target = &mut state.instances[instance].slots[slot];
-                    target.sequence = Some(Live {
-                        id: id.clone(),
-                        state: SequenceState::default(),
-                        last_seen: now,
-                    });
-                    target.pending.push_back((item, now));
-                    if !end {
-                        state.live.insert(id, Where::Slot { instance, slot });
-                    }
-                    this.next_batch(&mut state, instance, now)
-                }
-                None if state.backlog.len() >= this.config.max_backlog => {
-                    drop(state);
-                    item.reject(Error::unavailable(format!(
-                        "inference request for sequence {id} to model '{model}' rejected: {} sequences already wait for a sequence slot",
-                        this.config.max_backlog
-                    )));
-                    return Ok(());
-                }
-                None => {
-                    state.backlog.push_back(Waiting {
-                        id: id.clone(),
-                        items: VecDeque::from([(item, now)]),
-                        ended: end,
-                        last_seen: now,
-                    });
-                    if !end {
-                        state.live.insert(id, Where::Backlog);
-                    }
-                    None
-                }
-            },
+            Admitted::BacklogFull(item) => {
+                drop(state);
+                item.reject(Error::unavailable(format!(
+                    "inference request for sequence {id} to model '{model}' rejected: {} sequences already wait for a sequence slot",
+                    this.config.max_backlog
+                )));
+                return Ok(());
+            }
         };
         drop(state);
         this.send(out);
@@ -312,7 +194,7 @@ impl<T: SequenceStep> Shared<T> {
         instance: usize,
         now: Instant,
     ) -> Option<Outgoing<T>> {
-        if state.instances[instance].busy {
+        if state.instance(instance).is_busy() {
             return None;
         }
         // (slot, row) of each request that goes.
@@ -321,7 +203,7 @@ impl<T: SequenceStep> Shared<T> {
                 max_queue_delay,
                 minimum_slot_utilization,
             } => {
-                let slots = &state.instances[instance].slots;
+                let slots = &state.instance(instance).slots;
                 let ready: Vec<(usize, Instant)> = slots
                     .iter()
                     .enumerate()
@@ -343,7 +225,8 @@ impl<T: SequenceStep> Shared<T> {
                 preferred,
                 max_queue_delay,
             } => {
-                let mut ready: Vec<(Instant, usize)> = state.instances[instance]
+                let mut ready: Vec<(Instant, usize)> = state
+                    .instance(instance)
                     .slots
                     .iter()
                     .enumerate()
@@ -355,7 +238,8 @@ impl<T: SequenceStep> Shared<T> {
                 let waited = now.saturating_duration_since(oldest);
                 // When every sequence of the instance has a request here,
                 // waiting cannot make the batch bigger.
-                let live = state.instances[instance]
+                let live = state
+                    .instance(instance)
                     .slots
                     .iter()
                     .filter(|s| s.sequence.is_some())
@@ -365,7 +249,8 @@ impl<T: SequenceStep> Shared<T> {
                 // larger preferred size, it waits for them (within the
                 // delay) rather than leave them to the next batch, where
                 // they and the rest would take turns in half-size batches.
-                let expected = state.instances[instance]
+                let expected = state
+                    .instance(instance)
                     .slots
                     .iter()
                     .filter(|s| s.sequence.is_some() && s.pending.is_empty())
@@ -387,7 +272,8 @@ impl<T: SequenceStep> Shared<T> {
                 } else if let Some(size) = reached.filter(|_| !larger_reachable) {
                     size
                 } else {
-                    let returning = state.instances[instance]
+                    let returning = state
+                        .instance(instance)
                         .slots
                         .iter()
                         .filter_map(|s| s.answered)
@@ -410,61 +296,11 @@ impl<T: SequenceStep> Shared<T> {
             return None;
         }
         let rows = match self.config.strategy {
-            Strategy::Direct { .. } => rows_of(&state.instances[instance]),
+            Strategy::Direct { .. } => state.instance(instance).rows(),
             Strategy::Oldest { .. } => picked.len(),
         };
-        let mut items = Vec::with_capacity(picked.len());
-        let mut freed = Vec::new();
-        let mut sent = Vec::with_capacity(picked.len());
-        for (index, row) in picked {
-            let slot = &mut state.instances[instance].slots[index];
-            let (Some(live), Some((mut item, _))) = (&slot.sequence, slot.pending.pop_front())
-            else {
-                continue;
-            };
-            item.place(Placement {
-                row,
-                rows,
-                state: Arc::clone(&live.state),
-            });
-            slot.answered = None;
-            if item.is_end() && slot.pending.is_empty() {
-                slot.sequence = None;
-                freed.push(index);
-            } else {
-                sent.push(index);
-            }
-            items.push(item);
-        }
-        for slot in freed {
-            self.fill(state, instance, slot);
-        }
-        if items.is_empty() {
-            return None;
-        }
-        state.instances[instance].busy = true;
-        state.instances[instance].running = sent;
+        let items = state.take(instance, picked, rows)?;
         Some((instance, items))
-    }
-
-    /// Gives a free slot to the oldest waiting sequence.
-    fn fill(&self, state: &mut State<T>, instance: usize, slot: usize) {
-        let Some(waiting) = state.backlog.pop_front() else {
-            return;
-        };
-        if !waiting.ended {
-            state
-                .live
-                .insert(waiting.id.clone(), Where::Slot { instance, slot });
-        }
-        let target = &mut state.instances[instance].slots[slot];
-        target.sequence = Some(Live {
-            id: waiting.id,
-            state: SequenceState::default(),
-            last_seen: waiting.last_seen,
-        });
-        target.pending = waiting.items;
-        target.answered = None;
     }
 
     fn send(self: &Arc<Self>, out: Option<Outgoing<T>>) {
@@ -494,72 +330,25 @@ impl<T: SequenceStep> Shared<T> {
     fn finished(this: &Arc<Self>, instance: usize) {
         let now = this.clock.now();
         let mut state = this.state.lock();
-        let target = &mut state.instances[instance];
-        target.busy = false;
-        for slot in std::mem::take(&mut target.running) {
-            if let Some(slot) = target.slots.get_mut(slot)
-                && slot.sequence.is_some()
-            {
-                slot.answered = Some(now);
-            }
-        }
+        state.finished(instance, now);
         let out = this.next_batch(&mut state, instance, now);
         drop(state);
         this.send(out);
     }
 
-    /// Releases the slots of sequences that have had no request for the
-    /// idle time and have nothing left to run; their slots go to waiting
-    /// sequences.
+    /// Releases the sequences idle for the configured time, and sends the
+    /// batches that are due.
     fn reap(this: &Arc<Self>, now: Instant) {
         let idle = this.config.idle;
         let mut state = this.state.lock();
-        let mut released = Vec::new();
-        for (i, instance) in state.instances.iter_mut().enumerate() {
-            for (s, slot) in instance.slots.iter_mut().enumerate() {
-                let stale = slot.pending.is_empty()
-                    && slot
-                        .sequence
-                        .as_ref()
-                        .is_some_and(|live| now.duration_since(live.last_seen) >= idle);
-                if !stale {
-                    continue;
-                }
-                // With a farewell the slot keeps its sequence until that
-                // END step has gone; without, it is free now.
-                let farewell = slot
-                    .sequence
-                    .as_ref()
-                    .and_then(|live| this.farewell.as_ref().and_then(|make| make(&live.id)));
-                match farewell {
-                    Some(step) => {
-                        if let Some(live) = &slot.sequence {
-                            released.push((i, s, live.id.clone(), false));
-                        }
-                        slot.pending.push_back((step, now));
-                    }
-                    None => {
-                        if let Some(live) = slot.sequence.take() {
-                            released.push((i, s, live.id, true));
-                        }
-                    }
-                }
-            }
-        }
-        for (instance, slot, id, freed) in released {
-            tracing::warn!(model = %this.config.model, sequence = %id, idle_ms = idle.as_millis() as u64, told = !freed, "a sequence was idle longer than max_sequence_idle_microseconds; its slot is released (after an END step tells the model, when told) and a later request for it needs START");
-            if state.live.get(&id) == Some(&Where::Slot { instance, slot }) {
-                state.live.remove(&id);
-            }
+        for (id, told) in state.release_idle(now, idle, this.farewell.as_ref()) {
+            tracing::warn!(model = %this.config.model, sequence = %id, idle_ms = idle.as_millis() as u64, told, "a sequence was idle longer than max_sequence_idle_microseconds; its slot is released (after an END step tells the model, when told) and a later request for it needs START");
             this.config
                 .reaped
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            if freed {
-                this.fill(&mut state, instance, slot);
-            }
         }
         // Every idle instance looks again: a queue delay may have passed.
-        let batches: Vec<_> = (0..state.instances.len())
+        let batches: Vec<_> = (0..state.instance_count())
             .filter_map(|instance| this.next_batch(&mut state, instance, now))
             .collect();
         drop(state);
@@ -567,30 +356,6 @@ impl<T: SequenceStep> Shared<T> {
             this.send(Some(batch));
         }
     }
-}
-
-/// A free slot on the instance with the fewest sequences (the lowest slot
-/// there), so that sequences spread over instances.
-fn free_slot<T>(instances: &[Instance<T>]) -> Option<(usize, usize)> {
-    instances
-        .iter()
-        .enumerate()
-        .filter_map(|(i, instance)| {
-            let used = instance.slots.iter().filter(|s| !s.is_free()).count();
-            let free = instance.slots.iter().position(Slot::is_free)?;
-            Some((used, i, free))
-        })
-        .min()
-        .map(|(_, i, slot)| (i, slot))
-}
-
-/// One more than the highest slot that holds a sequence or a request.
-fn rows_of<T>(instance: &Instance<T>) -> usize {
-    instance
-        .slots
-        .iter()
-        .rposition(|s| !s.is_free())
-        .map_or(0, |i| i + 1)
 }
 
 /// Reaps idle sequences now and then, and sends batches whose queue delay
