@@ -19,13 +19,20 @@
 //! engine's to fill, with READY false), and the sequence's state, which
 //! lives as long as the sequence does.
 //!
-//! The state is plain data behind a mutex: submission, the answer of a
-//! batch (its permit) and the reaper each lock it briefly; nothing waits
-//! while holding it. Every decision reads the time from the batcher's
-//! [`Clock`], which tests pause and move by hand.
+//! The state (`state.rs`: slots, backlog, live sequences) is plain data
+//! behind a mutex: submission, the answer of a batch (its permit) and the
+//! reaper each lock it briefly; nothing waits while holding it. Each
+//! strategy's choice of a batch (`strategy.rs`) only reads it. Every
+//! decision reads the time from the batcher's [`Clock`] (`clock.rs`, with
+//! the reaper thread), which tests pause and move by hand. This file ties
+//! them together: it routes each request, sends the batches chosen and
+//! looks for the next when one is answered or time passes. What the
+//! engine sees of the batcher besides [`SequenceBatcher`] is in
+//! `types.rs`.
 
 mod clock;
 mod state;
+mod strategy;
 mod types;
 
 use std::sync::Arc;
@@ -40,6 +47,7 @@ use crate::{Dispatch, SlotPermit};
 use clock::PausedClock;
 use clock::{Clock, Ticker};
 use state::{Admitted, State};
+use strategy::Choice;
 
 pub use nereid_core::CorrelationId;
 pub use types::{
@@ -189,7 +197,7 @@ impl<T: SequenceStep> Shared<T> {
     /// one goes now; marks it busy. Slots freed by an END request go to the
     /// backlog's oldest sequences.
     fn next_batch(
-        self: &Arc<Self>,
+        &self,
         state: &mut State<T>,
         instance: usize,
         now: Instant,
@@ -197,110 +205,17 @@ impl<T: SequenceStep> Shared<T> {
         if state.instance(instance).is_busy() {
             return None;
         }
-        // (slot, row) of each request that goes.
-        let picked: Vec<(usize, usize)> = match &self.config.strategy {
-            Strategy::Direct {
-                max_queue_delay,
-                minimum_slot_utilization,
-            } => {
-                let slots = &state.instance(instance).slots;
-                let ready: Vec<(usize, Instant)> = slots
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| s.sequence.is_some())
-                    .filter_map(|(i, s)| s.pending.front().map(|(_, at)| (i, *at)))
-                    .collect();
-                let oldest = ready.iter().map(|(_, at)| *at).min()?;
-                let utilization = ready.len() as f32 / slots.len().max(1) as f32;
-                if utilization < *minimum_slot_utilization
-                    && now.saturating_duration_since(oldest) < *max_queue_delay
-                {
-                    self.ticker.at(oldest + *max_queue_delay);
-                    return None;
-                }
-                ready.into_iter().map(|(i, _)| (i, i)).collect()
+        match strategy::choose(&self.config.strategy, state.instance(instance), now) {
+            Choice::Go { picked, rows } => {
+                let items = state.take(instance, picked, rows)?;
+                Some((instance, items))
             }
-            Strategy::Oldest {
-                max_batch_size,
-                preferred,
-                max_queue_delay,
-            } => {
-                let mut ready: Vec<(Instant, usize)> = state
-                    .instance(instance)
-                    .slots
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| s.sequence.is_some())
-                    .filter_map(|(i, s)| s.pending.front().map(|(_, at)| (*at, i)))
-                    .collect();
-                ready.sort_unstable();
-                let oldest = ready.first()?.0;
-                let waited = now.saturating_duration_since(oldest);
-                // When every sequence of the instance has a request here,
-                // waiting cannot make the batch bigger.
-                let live = state
-                    .instance(instance)
-                    .slots
-                    .iter()
-                    .filter(|s| s.sequence.is_some())
-                    .count();
-                // Sequences whose last step was just answered send their
-                // next one soon: while that could make the batch reach a
-                // larger preferred size, it waits for them (within the
-                // delay) rather than leave them to the next batch, where
-                // they and the rest would take turns in half-size batches.
-                let expected = state
-                    .instance(instance)
-                    .slots
-                    .iter()
-                    .filter(|s| s.sequence.is_some() && s.pending.is_empty())
-                    .filter(|s| {
-                        s.answered
-                            .is_some_and(|at| now.saturating_duration_since(at) < *max_queue_delay)
-                    })
-                    .count();
-                let reachable = (ready.len() + expected).min(*max_batch_size);
-                let reached = preferred.iter().rev().find(|&&p| p <= ready.len()).copied();
-                let larger_reachable = preferred
-                    .iter()
-                    .any(|&p| p > reached.unwrap_or(0) && p <= reachable);
-                let take = if ready.len() >= (*max_batch_size).min(live)
-                    || max_queue_delay.is_zero()
-                    || waited >= *max_queue_delay
-                {
-                    ready.len().min(*max_batch_size)
-                } else if let Some(size) = reached.filter(|_| !larger_reachable) {
-                    size
-                } else {
-                    let returning = state
-                        .instance(instance)
-                        .slots
-                        .iter()
-                        .filter_map(|s| s.answered)
-                        .map(|at| at + *max_queue_delay)
-                        .filter(|&until| until > now)
-                        .min();
-                    let due = oldest + *max_queue_delay;
-                    self.ticker.at(returning.map_or(due, |r| r.min(due)));
-                    return None;
-                };
-                ready
-                    .into_iter()
-                    .take(take)
-                    .enumerate()
-                    .map(|(row, (_, slot))| (slot, row))
-                    .collect()
+            Choice::Wait { until } => {
+                self.ticker.at(until);
+                None
             }
-        };
-        if picked.is_empty() {
-            return None;
+            Choice::Nothing => None,
         }
-        let rows = match self.config.strategy {
-            Strategy::Direct { .. } => state.instance(instance).rows(),
-            Strategy::Oldest { .. } => picked.len(),
-        };
-        let items = state.take(instance, picked, rows)?;
-        Some((instance, items))
     }
 
     fn send(self: &Arc<Self>, out: Option<Outgoing<T>>) {
