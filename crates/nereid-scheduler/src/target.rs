@@ -12,15 +12,17 @@
 //! allows, up by a small step after each batch otherwise. Plain state
 //! driven by `QueueState`; the clock comes in as arguments.
 
+mod gauges;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use nereid_core::Error;
 use tokio::time::Instant;
 
 use crate::cost::CostModel;
+pub use gauges::{TargetGauges, TargetSnapshot};
 
 /// The budget factor's range and start: at most 80 % of the target is
 /// planned for, which leaves room for what happens outside the batcher
@@ -61,60 +63,6 @@ impl LatencyTarget {
     fn miss_allowance(&self) -> f64 {
         1.0 - f64::from(self.percentile_milli) / 100_000.0
     }
-}
-
-/// The batcher's current choices and cost model, for metrics. Written by
-/// the batcher, read at scrape time.
-#[derive(Debug, Default)]
-pub struct TargetGauges {
-    shed: AtomicU64,
-    /// f64 bits of each value.
-    intercept_us: AtomicU64,
-    per_inference_us: AtomicU64,
-    spread_us: AtomicU64,
-    budget_scale: AtomicU64,
-    wait_us: AtomicU64,
-    batch_size: AtomicU64,
-    batch_limit: AtomicU64,
-}
-
-/// One reading of [`TargetGauges`].
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct TargetSnapshot {
-    /// Requests refused because they could not be served in time.
-    pub shed: u64,
-    /// The cost model: fixed cost per batch, cost per inference, spread.
-    pub intercept_us: f64,
-    pub per_inference_us: f64,
-    pub spread_us: f64,
-    /// The share of the target the batcher plans for now.
-    pub budget_scale: f64,
-    /// How long the last batch's oldest request waited in the queue.
-    pub wait_us: f64,
-    /// The last batch's size, in inferences.
-    pub batch_size: u64,
-    /// The largest batch the budget allows now.
-    pub batch_limit: u64,
-}
-
-impl TargetGauges {
-    pub fn snapshot(&self) -> TargetSnapshot {
-        let f = |a: &AtomicU64| f64::from_bits(a.load(Ordering::Relaxed));
-        TargetSnapshot {
-            shed: self.shed.load(Ordering::Relaxed),
-            intercept_us: f(&self.intercept_us),
-            per_inference_us: f(&self.per_inference_us),
-            spread_us: f(&self.spread_us),
-            budget_scale: f(&self.budget_scale),
-            wait_us: f(&self.wait_us),
-            batch_size: self.batch_size.load(Ordering::Relaxed),
-            batch_limit: self.batch_limit.load(Ordering::Relaxed),
-        }
-    }
-}
-
-fn store(a: &AtomicU64, v: f64) {
-    a.store(v.to_bits(), Ordering::Relaxed);
 }
 
 /// A batch that left for an instance and has not come back.
@@ -173,8 +121,7 @@ pub struct Planner {
 
 impl Planner {
     pub fn new(config: LatencyTarget, max_batch_size: u64) -> Planner {
-        let gauges = Arc::new(TargetGauges::default());
-        store(&gauges.budget_scale, SCALE_MAX);
+        let gauges = Arc::new(TargetGauges::starting_at(SCALE_MAX));
         Planner {
             config,
             max_batch_size: max_batch_size.max(1),
@@ -456,8 +403,7 @@ impl Planner {
         let id = self.next_id;
         self.next_id += 1;
         let oldest = submitted.iter().min().copied().unwrap_or(now);
-        store(&self.gauges.wait_us, micros(now - oldest));
-        self.gauges.batch_size.store(inferences, Ordering::Relaxed);
+        self.gauges.dispatched(now - oldest, inferences);
         self.running.push(Running {
             id,
             dispatched: now,
@@ -498,18 +444,12 @@ impl Planner {
 
     /// A request was refused.
     pub fn shed(&self) {
-        self.gauges.shed.fetch_add(1, Ordering::Relaxed);
+        self.gauges.shed();
     }
 
     fn publish(&self) {
-        let g = &self.gauges;
-        if let Some(fit) = self.cost.fit() {
-            store(&g.intercept_us, fit.intercept_us);
-            store(&g.per_inference_us, fit.per_inference_us);
-            store(&g.spread_us, fit.spread_us);
-        }
-        store(&g.budget_scale, self.scale);
-        g.batch_limit.store(self.batch_limit(), Ordering::Relaxed);
+        self.gauges
+            .learnt(self.cost.fit(), self.scale, self.batch_limit());
     }
 }
 
