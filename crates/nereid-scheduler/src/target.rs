@@ -12,6 +12,7 @@
 //! allows, up by a small step after each batch otherwise. Plain state
 //! driven by `QueueState`; the clock comes in as arguments.
 
+mod controller;
 mod gauges;
 
 use std::collections::VecDeque;
@@ -22,24 +23,9 @@ use nereid_core::Error;
 use tokio::time::Instant;
 
 use crate::cost::CostModel;
+use controller::{Controller, SCALE_MAX, scaled};
 pub use gauges::{TargetGauges, TargetSnapshot};
 
-/// The budget factor's range and start: at most 80 % of the target is
-/// planned for, which leaves room for what happens outside the batcher
-/// (decoding, answering, the network, a client's own threads).
-const SCALE_MAX: f64 = 0.8;
-/// A request misses, for the controller, when the batcher saw it take
-/// longer than this share of the target: what the batcher does not see
-/// still has to fit in the rest.
-const MISS_AT: f64 = 0.9;
-const SCALE_MIN: f64 = 0.2;
-/// The controller's steps: a batch that used up the allowed misses cuts
-/// the budget by this factor; any other batch adds this much back.
-const DECREASE: f64 = 0.85;
-const INCREASE: f64 = 0.002;
-/// Misses forgiven at most at once, in requests: the credit a long run of
-/// good batches builds up.
-const CREDIT_MAX: f64 = 2.0;
 /// How long clients are expected back after an answer before any came
 /// back, and at least.
 const RETURN_UNKNOWN: Duration = Duration::from_millis(5);
@@ -103,9 +89,7 @@ pub struct Planner {
     config: LatencyTarget,
     max_batch_size: u64,
     cost: CostModel,
-    scale: f64,
-    /// Misses still forgiven (see `CREDIT_MAX`).
-    credit: f64,
+    controller: Controller,
     /// Mean gap between arrivals no answer prompted, and the last one.
     mean_gap: Option<Duration>,
     /// Mean time from an answer to the arrival it prompted.
@@ -126,8 +110,7 @@ impl Planner {
             config,
             max_batch_size: max_batch_size.max(1),
             cost: CostModel::default(),
-            scale: SCALE_MAX,
-            credit: CREDIT_MAX,
+            controller: Controller::new(),
             mean_gap: None,
             mean_return: None,
             last_arrival: None,
@@ -153,7 +136,7 @@ impl Planner {
         let limit = timeout
             .filter(|t| !t.is_zero())
             .map_or(self.config.target, |t| t.min(self.config.target));
-        scaled(limit, self.scale)
+        scaled(limit, self.controller.scale())
     }
 
     /// Notes an arrival; `prompted` when it answers for a client that was
@@ -428,17 +411,12 @@ impl Planner {
             return;
         }
         self.cost.observe(batch.inferences, at - batch.dispatched);
-        let target = scaled(self.config.target, MISS_AT);
-        let misses = batch.submitted.iter().filter(|&&s| at - s > target).count();
-        self.credit = (self.credit + self.config.miss_allowance() * batch.submitted.len() as f64
-            - misses as f64)
-            .min(CREDIT_MAX);
-        if self.credit < 0.0 {
-            self.scale = (self.scale * DECREASE).max(SCALE_MIN);
-            self.credit = 0.0;
-        } else {
-            self.scale = (self.scale + INCREASE).min(SCALE_MAX);
-        }
+        self.controller.answered(
+            &batch.submitted,
+            at,
+            self.config.target,
+            self.config.miss_allowance(),
+        );
         self.publish();
     }
 
@@ -449,7 +427,7 @@ impl Planner {
 
     fn publish(&self) {
         self.gauges
-            .learnt(self.cost.fit(), self.scale, self.batch_limit());
+            .learnt(self.cost.fit(), self.controller.scale(), self.batch_limit());
     }
 }
 
@@ -464,11 +442,6 @@ pub fn shed_error(model: &str, target: Duration, late: Duration) -> Error {
     .with_retry_after(late);
     let secs = error.retry_after_secs().unwrap_or(1);
     Error::unavailable(format!("{}; retry after {secs} s", error.message())).with_retry_after(late)
-}
-
-/// `d` times `factor`, in whole microseconds.
-fn scaled(d: Duration, factor: f64) -> Duration {
-    Duration::from_micros((d.as_micros() as f64 * factor).round() as u64)
 }
 
 fn micros(d: Duration) -> f64 {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::time::{Instant, advance};
 
+use super::controller::DECREASE;
 use super::*;
 use crate::QueueState;
 use crate::queue::tests::{config, req, with_timeout};
