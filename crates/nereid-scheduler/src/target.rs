@@ -6,16 +6,20 @@
 //! requests that the queue ahead of them cannot serve in
 //! time are refused at once with a hint of when to retry.
 //!
-//! The budget is the target times a factor that an AIMD controller moves
-//! from observed latencies, as Clipper moves its batch size: down by a
-//! fraction when more requests miss the target than the percentile
-//! allows, up by a small step after each batch otherwise. Plain state
-//! driven by `QueueState`; the clock comes in as arguments.
+//! The budget is the target times a factor that an AIMD controller
+//! (`controller.rs`) moves from observed latencies, as Clipper moves its
+//! batch size: down by a fraction when more requests miss the target than
+//! the percentile allows, up by a small step after each batch otherwise.
+//! Whether more requests are worth waiting for depends on how they arrive
+//! (`arrivals.rs`: a stream's rate, clients coming back after answers).
+//! This file's [`Planner`] weighs both against the cost model to decide
+//! and to admit, and publishes what it chose for metrics (`gauges.rs`).
+//! Plain state driven by `QueueState`; the clock comes in as arguments.
 
+mod arrivals;
 mod controller;
 mod gauges;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,17 +27,9 @@ use nereid_core::Error;
 use tokio::time::Instant;
 
 use crate::cost::CostModel;
+use arrivals::Arrivals;
 use controller::{Controller, SCALE_MAX, scaled};
 pub use gauges::{TargetGauges, TargetSnapshot};
-
-/// How long clients are expected back after an answer before any came
-/// back, and at least.
-const RETURN_UNKNOWN: Duration = Duration::from_millis(5);
-const RETURN_MIN: Duration = Duration::from_millis(1);
-/// Answered clients whose mean return is within this many mean spacings
-/// of arrivals are taken for clients coming back (see
-/// `Planner::clients_come_back`).
-const RETURN_SPACINGS: f64 = 4.0;
 
 /// The target a model's config sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,14 +86,7 @@ pub struct Planner {
     max_batch_size: u64,
     cost: CostModel,
     controller: Controller,
-    /// Mean gap between arrivals no answer prompted, and the last one.
-    mean_gap: Option<Duration>,
-    /// Mean time from an answer to the arrival it prompted.
-    mean_return: Option<Duration>,
-    last_arrival: Option<Instant>,
-    /// Every arrival within the last target's length, prompted or not:
-    /// the rate the model must keep up with.
-    recent: VecDeque<Instant>,
+    arrivals: Arrivals,
     running: Vec<Running>,
     next_id: u64,
     gauges: Arc<TargetGauges>,
@@ -111,10 +100,7 @@ impl Planner {
             max_batch_size: max_batch_size.max(1),
             cost: CostModel::default(),
             controller: Controller::new(),
-            mean_gap: None,
-            mean_return: None,
-            last_arrival: None,
-            recent: VecDeque::new(),
+            arrivals: Arrivals::new(config.target),
             running: Vec::new(),
             next_id: 0,
             gauges,
@@ -142,72 +128,19 @@ impl Planner {
     /// Notes an arrival; `prompted` when it answers for a client that was
     /// just answered (those are counted apart, as expected returns).
     pub fn arrived(&mut self, now: Instant, prompted: bool) {
-        self.recent.push_back(now);
-        while self
-            .recent
-            .front()
-            .is_some_and(|&t| now - t > self.config.target)
-        {
-            self.recent.pop_front();
-        }
-        if prompted {
-            return;
-        }
-        // A gap longer than the target is a pause, not part of a stream: the
-        // stream's rate is learnt afresh from the next gaps.
-        let gap = self.last_arrival.map(|last| now - last);
-        self.mean_gap = match (gap, self.mean_gap) {
-            (Some(gap), _) if gap > self.config.target => None,
-            (Some(gap), None) => Some(gap),
-            (Some(gap), Some(mean)) => Some(mean.mul_f64(0.9) + gap.mul_f64(0.1)),
-            (None, mean) => mean,
-        };
-        self.last_arrival = Some(now);
+        self.arrivals.arrived(now, prompted);
     }
 
     /// An answered client came back `after` its answer.
     pub fn returned(&mut self, after: Duration) {
-        self.mean_return = Some(match self.mean_return {
-            None => after,
-            Some(mean) => mean.mul_f64(0.9) + after.mul_f64(0.1),
-        });
+        self.arrivals.returned(after);
     }
 
-    /// How long after an answer its client is still expected back: four
-    /// times the usual return (1 ms at least), 5 ms before any is seen,
-    /// never more than the budget. A client that went away then costs the
-    /// batch that waited for it no more than that.
+    /// How long after an answer its client is still expected back: its
+    /// usual return, never more than the budget. A client that went away
+    /// then costs the batch that waited for it no more than that.
     pub fn return_horizon(&self) -> Duration {
-        let usual = self
-            .mean_return
-            .map_or(RETURN_UNKNOWN, |mean| (mean * 4).max(RETURN_MIN));
-        usual.min(self.budget(None))
-    }
-
-    /// Until when the next unprompted arrival is due, when waiting for it
-    /// pays: two mean gaps after the last one (an open-loop stream at that
-    /// rate brings one by then six times in seven), if the gap is shorter
-    /// than a batch's fixed cost. A longer wait would cost the requests
-    /// waiting more than the execution it saves.
-    fn next_arrival_due(&self) -> Option<Instant> {
-        let gap = self.mean_gap?;
-        let fixed = self.cost.fit()?.intercept_us;
-        (gap.as_secs_f64() * 1e6 < fixed).then_some(self.last_arrival? + gap * 2)
-    }
-
-    /// The mean spacing of the arrivals within the last target's length,
-    /// prompted by an answer or not, in µs; `None` with fewer than two.
-    fn recent_gap_us(&self, now: Instant) -> Option<f64> {
-        // In arrival order: those older than the window come first.
-        let start = self
-            .recent
-            .partition_point(|&t| now - t > self.config.target);
-        let count = self.recent.len() - start;
-        if count < 2 {
-            return None;
-        }
-        let (first, last) = (self.recent[start], *self.recent.back()?);
-        Some(micros(last - first) / (count - 1) as f64)
+        self.arrivals.usual_return().min(self.budget(None))
     }
 
     /// The smallest batch that keeps up with the arrivals of the last
@@ -219,7 +152,7 @@ impl Planner {
     /// largest batch when the arrivals come faster than any batch keeps
     /// up with, or their rate is not known yet.
     pub(crate) fn keep_up_size(&self, now: Instant) -> u64 {
-        let (Some(gap), Some(fit)) = (self.recent_gap_us(now), self.cost.fit()) else {
+        let (Some(gap), Some(fit)) = (self.arrivals.recent_gap_us(now), self.cost.fit()) else {
             return self.max_batch_size;
         };
         let spare = gap - fit.per_inference_us;
@@ -230,19 +163,6 @@ impl Planner {
         }
         // Less a hair, so that an exact fit is not rounded up.
         ((fit.intercept_us / spare - 1e-6).ceil() as u64).clamp(1, self.max_batch_size)
-    }
-
-    /// Whether the arrivals that follow answers are their clients coming
-    /// back (closed-loop clients, who return together, within a few of
-    /// the arrivals' mean spacings) rather than a stream that would have
-    /// come anyway (open loop, where the n-th arrival after an answer
-    /// comes n spacings later, about half a batch of spacings on average):
-    /// only then are they worth waiting for once a batch keeps up.
-    fn clients_come_back(&self, now: Instant) -> bool {
-        match (self.mean_return, self.recent_gap_us(now)) {
-            (Some(back), Some(gap)) => micros(back) <= RETURN_SPACINGS * gap,
-            _ => true,
-        }
     }
 
     /// The largest batch whose pessimistic cost fits the budget.
@@ -284,7 +204,7 @@ impl Planner {
         }
         // A batch that keeps up waits only for clients coming back.
         let keeps_up = c.total >= self.keep_up_size(now);
-        if keeps_up && !(c.back_until.is_some() && self.clients_come_back(now)) {
+        if keeps_up && !(c.back_until.is_some() && self.arrivals.clients_come_back(now)) {
             return Decision::Go { limit };
         }
         // The latest start of a batch one request larger.
@@ -314,7 +234,11 @@ impl Planner {
             .running
             .iter()
             .map(|r| r.dispatched + self.cost.predict(r.inferences).unwrap_or_default() + horizon);
-        [back_until, self.next_arrival_due()]
+        let next_arrival = self
+            .cost
+            .fit()
+            .and_then(|fit| self.arrivals.next_due(fit.intercept_us));
+        [back_until, next_arrival]
             .into_iter()
             .flatten()
             .chain(running)
@@ -442,10 +366,6 @@ pub fn shed_error(model: &str, target: Duration, late: Duration) -> Error {
     .with_retry_after(late);
     let secs = error.retry_after_secs().unwrap_or(1);
     Error::unavailable(format!("{}; retry after {secs} s", error.message())).with_retry_after(late)
-}
-
-fn micros(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
 }
 
 #[cfg(test)]
