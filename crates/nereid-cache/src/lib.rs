@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
+use nereid_core::exposition::Family;
 use nereid_core::{DataType, InferRequest, InferResponse, Parameters};
 
 pub use self::redis::{ConnectError, RedisCache, RedisHealth, RedisOptions, RedisTls};
@@ -118,6 +119,31 @@ pub enum CacheUsage {
     Local(LocalUsage),
     /// Whether the Redis server is reachable, and how often it failed.
     Redis(RedisHealth),
+}
+
+impl CacheUsage {
+    /// The whole cache's metric families: for the local cache Triton's
+    /// `nv_cache_num_entries` and `nv_cache_util`; for a Redis cache, whose
+    /// size is Redis's to report, Nereid's `nereid_cache_errors_total` (by
+    /// `operation`: get, set, connect) and `nereid_cache_connected`.
+    pub fn families(&self) -> Vec<Family> {
+        match self {
+            CacheUsage::Local(usage) => {
+                let mut entries = Family::gauge(
+                    "nv_cache_num_entries",
+                    "Number of responses stored in response cache",
+                );
+                entries.add(Vec::new(), usage.entries as f64);
+                let mut util = Family::gauge("nv_cache_util", "Cache utilization [0.0 - 1.0]");
+                util.add(
+                    Vec::new(),
+                    usage.bytes as f64 / usage.capacity.max(1) as f64,
+                );
+                vec![entries, util]
+            }
+            CacheUsage::Redis(health) => health.families(),
+        }
+    }
 }
 
 /// The local cache's size at one moment.

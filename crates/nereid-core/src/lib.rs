@@ -15,6 +15,7 @@ pub mod config_json;
 pub mod custom_metrics;
 pub mod datatype;
 pub mod error;
+pub mod exposition;
 pub mod model_config;
 pub mod request;
 pub mod routing;

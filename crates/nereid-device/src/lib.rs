@@ -9,12 +9,13 @@
 //! real one talks to the driver ([`Devices::detect`]), [`FakeGpus`]
 //! describes any number of GPUs for tests.
 //!
-//! This crate must not depend on any other Nereid crate: it knows devices,
-//! not models or requests.
+//! This crate depends on `nereid-core` alone (for the metric families of
+//! `metrics.rs`): it knows devices, not models or requests.
 
 mod cuda;
 mod fake;
 mod library;
+pub mod metrics;
 mod nvml;
 mod pinned;
 mod visible;

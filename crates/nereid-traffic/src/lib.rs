@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use nereid_core::exposition::Family;
 use nereid_core::{Error, InferRequest, InferResponse, InputTensor, Parameter, Tensor};
 use nereid_repository::traffic::{DEFAULT_STICKY_KEY, FileStamp, TrafficSpec};
 use parking_lot::{Mutex, RwLock};
@@ -247,6 +248,51 @@ pub struct TrafficMetrics {
     pub labels: BTreeMap<String, i64>,
     pub fallback: u64,
     pub shadow: ShadowCounts,
+}
+
+/// Traffic management's metric families (Nereid's own names): the version
+/// each label names (`nereid_version_label`), requests a fallback model
+/// answered (`nereid_fallback_requests_total`), shadow copies by outcome
+/// (`nereid_shadow_requests_total`) and, when a route log is kept, its
+/// lines dropped (`nereid_route_log_dropped_total`). Requests per version
+/// are in Triton's per-version families already.
+pub fn families(models: &[TrafficMetrics], route_log_dropped: Option<u64>) -> Vec<Family> {
+    let mut labels = Family::gauge(
+        "nereid_version_label",
+        "The version a model's version label names",
+    );
+    let mut fallback = Family::counter(
+        "nereid_fallback_requests_total",
+        "Requests for the model that its fallback model answered while its queue was too long",
+    );
+    let mut shadow = Family::counter(
+        "nereid_shadow_requests_total",
+        "Shadow copies of the model's requests, by outcome (match, mismatch, failed, dropped)",
+    );
+    for m in models {
+        for (label, &version) in &m.labels {
+            let series = vec![("model", m.model.clone()), ("label", label.clone())];
+            labels.add(series, version as f64);
+        }
+        fallback.add(vec![("model", m.model.clone())], m.fallback as f64);
+        for (outcome, count) in [
+            ("match", m.shadow.matched),
+            ("mismatch", m.shadow.mismatched),
+            ("failed", m.shadow.failed),
+            ("dropped", m.shadow.dropped),
+        ] {
+            let series = vec![("model", m.model.clone()), ("outcome", outcome.to_string())];
+            shadow.add(series, count as f64);
+        }
+    }
+    let mut dropped = Family::counter(
+        "nereid_route_log_dropped_total",
+        "Route log lines dropped because the writer fell behind",
+    );
+    if let Some(count) = route_log_dropped {
+        dropped.add(Vec::new(), count as f64);
+    }
+    vec![labels, fallback, shadow, dropped]
 }
 
 /// Every model's traffic settings.

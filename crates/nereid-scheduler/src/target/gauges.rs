@@ -5,6 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use nereid_core::exposition::Family;
+
 use crate::cost::Fit;
 
 /// The batcher's current choices and cost model, for metrics. Written by
@@ -39,6 +41,71 @@ pub struct TargetSnapshot {
     pub batch_size: u64,
     /// The largest batch the budget allows now.
     pub batch_limit: u64,
+}
+
+impl TargetSnapshot {
+    /// Nereid's metric families for versions that batch to a latency
+    /// target (`nereid.latency_target_ms`): the requests shed
+    /// (`nereid_requests_shed_total`, also counted in Triton's
+    /// `nv_inference_request_failure{reason="REJECTED"}`), the batcher's
+    /// last choice and limit, and its learnt cost model; one series per
+    /// (model, version, reading) of `targeted`.
+    pub fn families(targeted: &[(&str, i64, TargetSnapshot)]) -> Vec<Family> {
+        type Read = fn(&TargetSnapshot) -> f64;
+        let mut shed = Family::counter(
+            "nereid_requests_shed_total",
+            "Requests refused at once because the queue ahead could not serve them within the latency target",
+        );
+        for (model, version, t) in targeted {
+            shed.add_version(model, *version, t.shed as f64);
+        }
+        let gauges: [(&'static str, &'static str, Read); 7] = [
+            (
+                "nereid_batcher_wait_us",
+                "How long the oldest request of the last batch waited in the queue, in microseconds",
+                |t| t.wait_us,
+            ),
+            (
+                "nereid_batcher_batch_size",
+                "Inferences in the last batch the latency-target batcher sent",
+                |t| t.batch_size as f64,
+            ),
+            (
+                "nereid_batcher_batch_limit",
+                "Largest batch whose predicted cost fits the latency budget now",
+                |t| t.batch_limit as f64,
+            ),
+            (
+                "nereid_batcher_budget_ratio",
+                "Share of the latency target the batcher plans for, moved by observed misses",
+                |t| t.budget_scale,
+            ),
+            (
+                "nereid_batcher_cost_intercept_us",
+                "Learnt fixed cost of a batch, in microseconds",
+                |t| t.intercept_us,
+            ),
+            (
+                "nereid_batcher_cost_per_inference_us",
+                "Learnt cost of each inference in a batch, in microseconds",
+                |t| t.per_inference_us,
+            ),
+            (
+                "nereid_batcher_cost_spread_us",
+                "Standard deviation of measured batch costs around the learnt line, in microseconds",
+                |t| t.spread_us,
+            ),
+        ];
+        let mut families = vec![shed];
+        for (name, help, read) in gauges {
+            let mut family = Family::gauge(name, help);
+            for (model, version, t) in targeted {
+                family.add_version(model, *version, read(t));
+            }
+            families.push(family);
+        }
+        families
+    }
 }
 
 impl TargetGauges {

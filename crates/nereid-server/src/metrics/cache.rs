@@ -9,7 +9,7 @@
 use metrics::Recorder;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use nereid_engine::VersionStatistics;
-use nereid_engine::cache::{CacheUsage, LocalUsage, RedisHealth};
+use nereid_engine::cache::CacheUsage;
 use nereid_engine::stats::StatsSnapshot;
 
 use super::METADATA;
@@ -59,65 +59,18 @@ pub fn render(usage: Option<CacheUsage>, stats: &[VersionStatistics]) -> String 
                 .absolute(read(&v.stats));
         }
     }
-    match usage {
-        CacheUsage::Local(usage) => local(&recorder, usage),
-        CacheUsage::Redis(health) => redis(&recorder, health),
+    let mut text = recorder.handle().render();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
     }
-    recorder.handle().render()
-}
-
-fn local(recorder: &impl Recorder, usage: LocalUsage) {
-    let gauges = [
-        (
-            "nv_cache_num_entries",
-            "Number of responses stored in response cache",
-            usage.entries as f64,
-        ),
-        (
-            "nv_cache_util",
-            "Cache utilization [0.0 - 1.0]",
-            usage.bytes as f64 / usage.capacity.max(1) as f64,
-        ),
-    ];
-    for (name, help, value) in gauges {
-        recorder.describe_gauge(name.into(), None, help.into());
-        recorder
-            .register_gauge(&metrics::Key::from_name(name), &METADATA)
-            .set(value);
-    }
-}
-
-fn redis(recorder: &impl Recorder, health: RedisHealth) {
-    let errors = "nereid_cache_errors_total";
-    recorder.describe_counter(
-        errors.into(),
-        None,
-        "Response cache operations that failed (each a miss or an answer not stored), by operation"
-            .into(),
-    );
-    for (operation, count) in [
-        ("get", health.get_errors),
-        ("set", health.set_errors),
-        ("connect", health.connect_errors),
-    ] {
-        let key =
-            metrics::Key::from_parts(errors, vec![metrics::Label::new("operation", operation)]);
-        recorder.register_counter(&key, &METADATA).absolute(count);
-    }
-    let connected = "nereid_cache_connected";
-    recorder.describe_gauge(
-        connected.into(),
-        None,
-        "Whether the response cache's Redis server is in use (1) or being reconnected to (0)"
-            .into(),
-    );
-    recorder
-        .register_gauge(&metrics::Key::from_name(connected), &METADATA)
-        .set(f64::from(u8::from(health.connected)));
+    nereid_core::exposition::render(&usage.families(), &mut text);
+    text
 }
 
 #[cfg(test)]
 mod tests {
+    use nereid_engine::cache::{LocalUsage, RedisHealth};
+
     use super::*;
 
     #[test]

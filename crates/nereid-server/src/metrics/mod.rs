@@ -11,12 +11,8 @@ mod cache;
 mod cpu;
 mod custom;
 mod families;
-mod gpu;
 mod histograms;
-mod kafka;
 mod summaries;
-mod target;
-mod traffic;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,14 +22,16 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use nereid_core::exposition::Family;
 use nereid_engine::Engine;
+use nereid_engine::stats::{TargetSnapshot, VersionActivity};
 use nereid_kafka::KafkaStatus;
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
 
 use cpu::{CpuMonitor, CpuReading};
-use gpu::{GpuMonitor, GpuReading};
 pub use histograms::BUCKETS_MS;
+use nereid_device::metrics::{GpuMonitor, GpuReading};
 pub use summaries::QUANTILES;
 use summaries::Summaries;
 
@@ -166,30 +164,50 @@ impl Metrics {
             false => None,
         };
         let mut text = families::render(&self.options, &stats, &activity, cpu);
-        append(&mut text, &gpu::render(&self.gpus.lock()));
+        append(
+            &mut text,
+            &exposed(&nereid_device::metrics::families(&self.gpus.lock())),
+        );
         append(&mut text, &cache::render(self.engine.cache_usage(), &stats));
         if let Some(summaries) = &self.summaries {
             summaries.record(&activity);
             append(&mut text, &summaries.render());
         }
         append(&mut text, &histograms::render(&stats));
-        if let Some(kafka) = &self.kafka {
-            append(&mut text, &kafka::render(&kafka.snapshot()));
-        }
-        append(
-            &mut text,
-            &traffic::render(
-                &self.engine.traffic_metrics(),
-                self.engine.route_log_dropped(),
-            ),
-        );
-        append(&mut text, &target::render(&activity));
+        append(&mut text, &exposed(&self.crate_families(&activity)));
         append(
             &mut text,
             &custom::render(&self.engine.custom_metrics().snapshot()),
         );
         text
     }
+
+    /// The families the Kafka frontend, traffic management and the
+    /// latency-target batcher expose, each named by its own crate.
+    fn crate_families(&self, activity: &[VersionActivity]) -> Vec<Family> {
+        let mut families = Vec::new();
+        if let Some(kafka) = &self.kafka {
+            families.extend(kafka.snapshot().families());
+        }
+        let traffic = self.engine.traffic_metrics();
+        let dropped = self.engine.route_log_dropped();
+        if !traffic.is_empty() || dropped.is_some() {
+            families.extend(nereid_engine::traffic::families(&traffic, dropped));
+        }
+        let targeted: Vec<(&str, i64, TargetSnapshot)> = activity
+            .iter()
+            .filter_map(|a| Some((a.name.as_str(), a.version, a.latency_target?)))
+            .collect();
+        families.extend(TargetSnapshot::families(&targeted));
+        families
+    }
+}
+
+/// `families` in Prometheus's text format.
+fn exposed(families: &[Family]) -> String {
+    let mut text = String::new();
+    nereid_core::exposition::render(families, &mut text);
+    text
 }
 
 /// Adds one family block's text after another's.

@@ -1,18 +1,16 @@
-//! The GPU gauges with Triton's names, one series per GPU labelled
-//! `gpu_uuid`: `nv_gpu_utilization`, `nv_gpu_memory_total_bytes`,
+//! The GPU metric families with Triton's names, one series per GPU
+//! labelled `gpu_uuid`: `nv_gpu_utilization`, `nv_gpu_memory_total_bytes`,
 //! `nv_gpu_memory_used_bytes`, `nv_gpu_power_usage`, `nv_gpu_power_limit`,
 //! and the counter `nv_energy_consumption`, joules since the server
-//! started (NVML's counter less its first reading). Read from NVML through
-//! the device owner every metrics interval; a figure a GPU does not report
-//! is left out, as Triton leaves it.
+//! started (NVML's counter less its first reading). Read from NVML every
+//! metrics interval; a figure a GPU does not report is left out, as
+//! Triton leaves it.
 
 use std::collections::HashMap;
 
-use metrics::{Key, Label, Recorder};
-use metrics_exporter_prometheus::PrometheusBuilder;
-use nereid_device::{Devices, GpuSample};
+use nereid_core::exposition::Family;
 
-use super::METADATA;
+use crate::{Devices, GpuSample};
 
 /// One GPU's figures at the last refresh.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,45 +79,41 @@ const GAUGES: [(&str, &str, Figure); 5] = [
 
 const ENERGY: &str = "nv_energy_consumption";
 
-/// The series of `readings`; empty when there are none.
-pub fn render(readings: &[GpuReading]) -> String {
-    if readings.is_empty() {
-        return String::new();
-    }
-    let recorder = PrometheusBuilder::new().build_recorder();
-    let key = |name: &'static str, r: &GpuReading| {
-        Key::from_parts(name, vec![Label::new("gpu_uuid", r.uuid.clone())])
-    };
-    for (name, help, figure) in GAUGES {
-        recorder.describe_gauge(name.into(), None, help.into());
-        for r in readings {
-            if let Some(value) = figure(r) {
-                recorder.register_gauge(&key(name, r), &METADATA).set(value);
+/// The families of `readings`; without series when there are none.
+pub fn families(readings: &[GpuReading]) -> Vec<Family> {
+    let label = |r: &GpuReading| vec![("gpu_uuid", r.uuid.clone())];
+    let mut families: Vec<Family> = GAUGES
+        .into_iter()
+        .map(|(name, help, figure)| {
+            let mut family = Family::gauge(name, help);
+            for r in readings {
+                if let Some(value) = figure(r) {
+                    family.add(label(r), value);
+                }
             }
-        }
-    }
-    recorder.describe_counter(
-        ENERGY.into(),
-        None,
-        "GPU energy consumption in joules since the Triton Server started".into(),
+            family
+        })
+        .collect();
+    let mut energy = Family::counter(
+        ENERGY,
+        "GPU energy consumption in joules since the Triton Server started",
     );
     for r in readings {
         if let Some(joules) = r.energy_since_start {
-            // Counters are integers in the exporter; Triton's moves in
-            // millijoule steps, which whole joules approximate.
-            recorder
-                .register_counter(&key(ENERGY, r), &METADATA)
-                .absolute(joules as u64);
+            // Whole joules, as the counter was before (Triton's moves in
+            // millijoule steps, which whole joules approximate).
+            energy.add(label(r), joules.trunc());
         }
     }
-    recorder.handle().render()
+    families.push(energy);
+    families
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
-    use nereid_device::FakeGpus;
+    use crate::FakeGpus;
 
     use super::*;
 
@@ -130,7 +124,8 @@ mod tests {
         let readings = monitor.read(&devices);
         assert_eq!(readings.len(), 2);
         assert_eq!(readings[1].energy_since_start, Some(0.0));
-        let text = render(&readings);
+        let mut text = String::new();
+        nereid_core::exposition::render(&families(&readings), &mut text);
         let uuid = &devices.gpus()[1].uuid;
         for line in [
             format!("nv_gpu_utilization{{gpu_uuid=\"{uuid}\"}} 0.25"),
@@ -149,6 +144,6 @@ mod tests {
     fn no_gpu_no_series() {
         let mut monitor = GpuMonitor::default();
         assert!(monitor.read(&Devices::none("none")).is_empty());
-        assert_eq!(render(&[]), "");
+        assert!(families(&[]).iter().all(|f| f.series.is_empty()));
     }
 }
