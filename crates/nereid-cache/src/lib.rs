@@ -146,6 +146,29 @@ impl CacheUsage {
     }
 }
 
+impl RedisHealth {
+    /// `nereid_cache_errors_total` by operation and `nereid_cache_connected`.
+    pub fn families(&self) -> Vec<Family> {
+        let mut errors = Family::counter(
+            "nereid_cache_errors_total",
+            "Response cache operations that failed (each a miss or an answer not stored), by operation",
+        );
+        for (operation, count) in [
+            ("get", self.get_errors),
+            ("set", self.set_errors),
+            ("connect", self.connect_errors),
+        ] {
+            errors.add(vec![("operation", operation.to_string())], count as f64);
+        }
+        let mut connected = Family::gauge(
+            "nereid_cache_connected",
+            "Whether the response cache's Redis server is in use (1) or being reconnected to (0)",
+        );
+        connected.add(Vec::new(), f64::from(u8::from(self.connected)));
+        vec![errors, connected]
+    }
+}
+
 /// The local cache's size at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalUsage {

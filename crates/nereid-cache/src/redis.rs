@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use nereid_core::InferResponse;
-use nereid_core::exposition::Family;
 use parking_lot::Mutex;
 use redis::aio::MultiplexedConnection;
 use redis::{
@@ -119,29 +118,6 @@ pub struct RedisHealth {
     pub set_errors: u64,
     /// Tries to connect that failed.
     pub connect_errors: u64,
-}
-
-impl RedisHealth {
-    /// `nereid_cache_errors_total` by operation and `nereid_cache_connected`.
-    pub fn families(&self) -> Vec<Family> {
-        let mut errors = Family::counter(
-            "nereid_cache_errors_total",
-            "Response cache operations that failed (each a miss or an answer not stored), by operation",
-        );
-        for (operation, count) in [
-            ("get", self.get_errors),
-            ("set", self.set_errors),
-            ("connect", self.connect_errors),
-        ] {
-            errors.add(vec![("operation", operation.to_string())], count as f64);
-        }
-        let mut connected = Family::gauge(
-            "nereid_cache_connected",
-            "Whether the response cache's Redis server is in use (1) or being reconnected to (0)",
-        );
-        connected.add(Vec::new(), f64::from(u8::from(self.connected)));
-        vec![errors, connected]
-    }
 }
 
 /// The Redis cache. Cheap to clone; clones share everything.
