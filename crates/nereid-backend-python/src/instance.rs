@@ -165,11 +165,18 @@ impl PythonInstance {
             ));
         }
         let (correlation_id, flags) = sequence_of(&request.routing.sequence);
+        // The request's timeout in microseconds, 0 for none, as Triton's
+        // `timeout()` gives it.
+        let timeout = request
+            .routing
+            .timeout
+            .map_or(0, |t| u64::try_from(t.as_micros()).unwrap_or(u64::MAX));
         Ok(json!({
             "id": id.to_string(),
             "request_id": request.id,
             "correlation_id": correlation_id,
             "flags": flags,
+            "timeout": timeout,
             "parameters": parameters(&request.parameters),
             "requested_output_names": outputs,
             "inputs": inputs,

@@ -410,6 +410,56 @@ fn gpu_and_model_instances_load_and_tell_the_model_where_they_run() {
     }
 }
 
+/// A request's routing facts reach the model as Triton's Python backend
+/// gives them: `correlation_id()`, `flags()` and `timeout()`, and not as
+/// parameters (Triton 2.51 answers `{"routing_key":"u1","custom":"x"}|7|1|500000`
+/// for a request with sequence_id 7, sequence_start, priority 1, timeout
+/// 500000 and those two parameters).
+#[test]
+fn routing_facts_reach_the_model_as_triton_gives_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let backends = vec![backend()];
+    let repo = repository(dir.path(), "echo", "echo_args", ECHO_ARGS);
+    let model = resolve(&repo, "echo", &backends).unwrap();
+    let mut instance = backends[0].load(&source(&model)).unwrap();
+    let mut parameters = nereid_core::Parameters::new();
+    parameters.insert("custom".into(), nereid_core::Parameter::String("x".into()));
+    let request = InferRequest {
+        inputs: vec![InputTensor {
+            shape: vec![1],
+            ..f32_input("INPUT0", &[1.0])
+        }],
+        routing: nereid_core::Routing {
+            sequence: nereid_core::Sequence {
+                id: nereid_core::CorrelationId::Int(7),
+                start: true,
+                end: false,
+            },
+            priority: 1,
+            timeout: Some(std::time::Duration::from_micros(500_000)),
+            ..Default::default()
+        },
+        parameters,
+        ..Default::default()
+    };
+    let outputs = vec!["REQUEST".to_string()];
+    let batch = [BatchRequest {
+        request: &request,
+        outputs: &outputs,
+        cancelled: &|| false,
+        responder: None,
+    }];
+    let mut results = instance.as_request_wise().unwrap().execute_requests(&batch);
+    let tensors = results.pop().unwrap().unwrap();
+    let seen: serde_json::Value = serde_json::from_slice(&tensors[0].data[4..]).unwrap();
+    assert_eq!(seen["correlation_id"], 7, "{seen}");
+    assert_eq!(seen["flags"], 1, "{seen}");
+    assert_eq!(seen["timeout"], 500_000, "{seen}");
+    let parameters: serde_json::Value =
+        serde_json::from_str(seen["parameters"].as_str().unwrap()).unwrap();
+    assert_eq!(parameters, serde_json::json!({"custom": "x"}), "{seen}");
+}
+
 /// A `load_model` call: the model, its config and its files.
 type Load = (String, String, Vec<(String, Vec<u8>)>);
 
