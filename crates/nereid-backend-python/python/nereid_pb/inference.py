@@ -227,8 +227,9 @@ class InferenceRequest:
         return self._timeout
 
     def parameters(self):
-        """The request parameters as a JSON string (as Triton returns them)."""
-        return json.dumps(self._parameters)
+        """The request parameters as a JSON string, compact as Triton writes
+        it (its keys in the server's order, which is sorted)."""
+        return json.dumps(self._parameters, separators=(",", ":"))
 
     def trace(self):
         return self._trace
