@@ -384,7 +384,8 @@ def test_dashboard_reads_only_metrics_the_server_serves(chart_server):
     infer_simple(ports["http"])
     text = requests.get(f"http://127.0.0.1:{ports['metrics']}/metrics", timeout=30).text
     served = set(re.findall(r"^# TYPE (\S+)", text, re.M))
-    gpu_source = (REPO_ROOT / "crates/nereid-server/src/metrics/gpu.rs").read_text()
+    # GPUs name their own families (nereid-device), served on a GPU machine.
+    gpu_source = (REPO_ROOT / "crates/nereid-device/src/metrics.rs").read_text()
     wanted = set()
     for expr in dashboard_expressions():
         for name in re.findall(r"\b(nv_[a-z_]+)", expr):
