@@ -12,6 +12,10 @@
 //! entries go when the version is dropped. Redis keys name the model and
 //! version instead, which every replica shares; a Redis cache that fails
 //! is a miss, never a failed request.
+//!
+//! The engine holds the cache through the [`Store`] trait; this crate
+//! depends on `nereid-core` only: never on the engine, a wire format, a
+//! frontend or a backend.
 
 mod encoding;
 mod local;

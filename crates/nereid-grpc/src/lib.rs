@@ -2,6 +2,11 @@
 //! standard `grpc.health.v1.Health` service on one port, served by tonic.
 //! Handlers decode with `nereid_protocol::grpc`, call the engine, encode;
 //! every error leaves through `nereid_edge::error::grpc_status`.
+//!
+//! Depends on the engine handle, the wire formats and what the network
+//! frontends share (`nereid-edge`, `nereid-trace`): never on the
+//! repository, the scheduler, a backend, the server or another frontend
+//! (tests/python/test_architecture.py checks it).
 
 mod convert;
 mod health;

@@ -2,6 +2,11 @@
 //! Handlers decode with `nereid-protocol`, call the engine, and encode;
 //! every error leaves as `{"error": "..."}` with the status from
 //! `nereid_edge::error`.
+//!
+//! Depends on the engine handle, the wire formats and what the network
+//! frontends share (`nereid-edge`, `nereid-trace`): never on the
+//! repository, the scheduler, a backend, the server or another frontend
+//! (tests/python/test_architecture.py checks it).
 
 mod compression;
 mod connections;

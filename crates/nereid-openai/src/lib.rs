@@ -9,6 +9,10 @@
 //!
 //! Like the other frontends it knows no backend: only model configs and
 //! the engine's answers.
+//!
+//! Depends on the engine handle and `nereid-edge`: never on the
+//! repository, the scheduler, a backend, the server or another frontend
+//! (tests/python/test_architecture.py checks it).
 
 mod auth;
 mod chat;

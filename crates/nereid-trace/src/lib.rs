@@ -6,6 +6,9 @@
 //! Frontends call [`Tracer::sample`] for each inference request and put
 //! the [`Trace`] on it; the engine records what happens to it; the last
 //! handle dropped hands the record to the [`Sampler`] that took it.
+//!
+//! Depends on `nereid-core` only: never on the engine, a frontend, a
+//! backend, the scheduler or the repository.
 
 mod body;
 mod file;
