@@ -401,3 +401,11 @@ def test_traffic_settings_through_the_endpoint_and_a_load(traffic_server):
     assert http.get_model_metadata("ab")["labels"]["canary"] == "1"
     back = requests.post(f"{base}/v2/models/ab/traffic/rollback", json={"label": "canary"})
     assert back.json()["settings"]["labels"]["canary"] == 2
+    # A fallback model the repository does not have is taken, with a warning.
+    assert "fallback model is not in the model repository" not in server.log()
+    missing = requests.post(f"{base}/v2/models/flip/traffic",
+                            json={"fallback": {"model": "nowhere", "queue_ms": 50}})
+    assert missing.status_code == 200, missing.text
+    wait_until(lambda: "fallback model is not in the model repository" in server.log(),
+               "the warning about a missing fallback model")
+    requests.post(f"{base}/v2/models/flip/traffic", json={"fallback": None})

@@ -97,6 +97,7 @@ impl Engine {
             .apply(model, spec, current.stamp(), &*registry)?;
         drop(registry);
         tracing::info!(model, labels = ?state.spec.labels, "traffic settings changed");
+        self.warn_missing_fallback(model, &state.spec);
         Ok(TrafficView {
             model: model.to_string(),
             state,
@@ -163,10 +164,34 @@ impl Engine {
         match applied {
             Ok(state) => {
                 tracing::info!(model, labels = ?state.spec.labels, "traffic settings applied from traffic.json");
+                self.warn_missing_fallback(model, &state.spec);
             }
             Err(e) => {
                 tracing::error!(model, error = %e.message(), "traffic.json refused; the previous settings stay");
             }
+        }
+    }
+
+    /// Warns when `spec`'s fallback model is neither loaded nor in the
+    /// model repository: the settings stand, but no request can go to it.
+    fn warn_missing_fallback(&self, model: &str, spec: &TrafficSpec) {
+        let Some(fallback) = &spec.fallback else {
+            return;
+        };
+        // The local scan only: a cloud repository's copy is as its last
+        // refresh left it, and a load must not wait for a listing here.
+        let known = self.model(&fallback.model, None).is_ok()
+            || self
+                .inner
+                .repository
+                .scan()
+                .is_ok_and(|dirs| dirs.iter().any(|d| d.name == fallback.model));
+        if !known {
+            tracing::warn!(
+                model,
+                fallback = %fallback.model,
+                "the fallback model is not in the model repository: until it is, requests stay on the model however long its queue"
+            );
         }
     }
 

@@ -90,6 +90,15 @@ fn local(size: Option<u64>) -> Option<CacheConfig> {
         .map(|bytes| CacheConfig::Local { bytes })
 }
 
+/// The key a value holds after a comma (`127.0.0.1,port=6379`): a second
+/// setting packed into one flag.
+fn packed_key(value: &str) -> Option<&str> {
+    value.split(',').skip(1).find_map(|piece| {
+        let (key, _) = piece.split_once('=')?;
+        REDIS_KEYS.contains(&key).then_some(key)
+    })
+}
+
 /// The redis cache's options from its keys (the last of a key counts).
 fn redis(
     keys: &[(&str, &str)],
@@ -97,6 +106,13 @@ fn redis(
 ) -> anyhow::Result<RedisOptions> {
     let mut values: BTreeMap<&str, &str> = BTreeMap::new();
     for &(key, value) in keys {
+        if let Some(next) = packed_key(value) {
+            bail!(
+                "--cache-config redis,{key}={value}: one setting per flag, as tritonserver takes them (this sets '{key}' to '{value}'); give '{next}' a flag of its own: --cache-config redis,{key}={} --cache-config redis,{}",
+                value.split(',').next().unwrap_or_default(),
+                value.split_once(',').map_or("", |(_, rest)| rest),
+            );
+        }
         if !REDIS_KEYS.contains(&key) {
             bail!(
                 "--cache-config redis,{key}={value}: the redis cache has no setting '{key}' (it takes {})",
@@ -198,6 +214,18 @@ mod tests {
             Some(CacheConfig::Redis(options)) => *options,
             other => panic!("not a redis cache: {other:?}"),
         }
+    }
+
+    #[test]
+    fn two_settings_in_one_flag_are_refused_with_the_way_to_write_them() {
+        let error = parse(&["redis,host=127.0.0.1,port=6379"], None)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("one setting per flag"), "{error}");
+        assert!(
+            error.contains("--cache-config redis,host=127.0.0.1 --cache-config redis,port=6379"),
+            "{error}"
+        );
     }
 
     #[test]
