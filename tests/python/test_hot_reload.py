@@ -211,3 +211,36 @@ def test_reloads_under_load_never_fail_a_request(poll_server):
     assert states[("broken", "1")] == "READY"
     assert ("doomed", "1") not in states
     print(f"\nanswers per client: {[(c.protocol, c.model, c.version, len(c.answers)) for c in clients]}")
+
+
+def test_a_broken_new_version_leaves_the_old_one_serving_and_says_so(tmp_path):
+    """Version 2 of a latest-1 model uploaded broken: version 1 serves on,
+    and the log says the new version failed and the old one stays, not
+    that it was unloaded (issue 35)."""
+    repo = tmp_path / "models"
+    (repo / "latest/1").mkdir(parents=True)
+    shutil.copyfile(ADD_SUB / "1/model.onnx", repo / "latest/1/model.onnx")
+    (repo / "latest/config.pbtxt").write_text(add_sub_config("latest"))
+    server = start_server(tmp_path, [repo],
+                          ["--model-control-mode=poll", "--repository-poll-secs=1"])
+    try:
+        (repo / "latest/2").mkdir()
+        (repo / "latest/2/model.onnx").write_bytes(b"not an onnx model")
+        deadline = time.monotonic() + DEADLINE
+        while "serves on" not in server.log():
+            assert time.monotonic() < deadline, server.log()
+            time.sleep(0.1)
+        log = server.log()
+        assert "version unloaded" not in log, log
+        ready = requests.get(f"{server.base}/v2/models/latest/versions/1/ready", timeout=30)
+        assert ready.status_code == 200
+        client = httpclient.InferenceServerClient(server.http_url)
+        inputs = [httpclient.InferInput("INPUT0", [4], "FP32"),
+                  httpclient.InferInput("INPUT1", [4], "FP32")]
+        inputs[0].set_data_from_numpy(A)
+        inputs[1].set_data_from_numpy(B)
+        answer = client.infer("latest", inputs)
+        assert answer.get_response()["model_version"] == "1"
+        np.testing.assert_array_equal(answer.as_numpy("OUTPUT0"), A + B)
+    finally:
+        assert stop_server(server) == 0, server.log()

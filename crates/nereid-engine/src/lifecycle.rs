@@ -88,6 +88,13 @@ impl Engine {
             .map(|(v, result)| (v, result.map_err(|e| self.error_in_origins(e))))
             .collect();
         let (entry, retired, errors) = commit(current, &plan, results, &source);
+        // Versions the policy drops that serve on because a successor failed.
+        let kept: Vec<i64> = plan
+            .retire
+            .iter()
+            .copied()
+            .filter(|v| entry.versions.get(v).is_some_and(|e| e.loaded.is_some()))
+            .collect();
         let replaced = self.inner.registry.write().set(name.clone(), entry);
         // Released outside the lock: requests still holding these finish first.
         drop(replaced);
@@ -96,7 +103,11 @@ impl Engine {
         }
         self.inner.janitor.retire(retired);
         for v in &plan.retire {
-            tracing::info!(model = %name, version = v, "version unloaded");
+            if kept.contains(v) {
+                tracing::warn!(model = %name, version = v, "a new version failed to load: this version, which the version policy drops, serves on");
+            } else {
+                tracing::info!(model = %name, version = v, "version unloaded");
+            }
         }
         if errors.is_empty() {
             return Ok(());
