@@ -371,9 +371,18 @@ fn initialize_args(instance: &mut Box<dyn ModelInstance>) -> serde_json::Value {
         }],
         ..Default::default()
     };
-    let outputs = vec!["ARGS".to_string()];
+    echoed(instance, &request, "ARGS")
+}
+
+/// The JSON the echo_args model answers `request` with in `output`.
+fn echoed(
+    instance: &mut Box<dyn ModelInstance>,
+    request: &InferRequest,
+    output: &str,
+) -> serde_json::Value {
+    let outputs = vec![output.to_string()];
     let batch = [BatchRequest {
-        request: &request,
+        request,
         outputs: &outputs,
         cancelled: &|| false,
         responder: None,
@@ -442,16 +451,7 @@ fn routing_facts_reach_the_model_as_triton_gives_them() {
         parameters,
         ..Default::default()
     };
-    let outputs = vec!["REQUEST".to_string()];
-    let batch = [BatchRequest {
-        request: &request,
-        outputs: &outputs,
-        cancelled: &|| false,
-        responder: None,
-    }];
-    let mut results = instance.as_request_wise().unwrap().execute_requests(&batch);
-    let tensors = results.pop().unwrap().unwrap();
-    let seen: serde_json::Value = serde_json::from_slice(&tensors[0].data[4..]).unwrap();
+    let seen = echoed(&mut instance, &request, "REQUEST");
     assert_eq!(seen["correlation_id"], 7, "{seen}");
     assert_eq!(seen["flags"], 1, "{seen}");
     assert_eq!(seen["timeout"], 500_000, "{seen}");

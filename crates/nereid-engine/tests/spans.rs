@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use common::{CONFIG, InferOne, request, write_model};
-use nereid_engine::{Engine, EngineOptions};
+use nereid_engine::ControlMode;
 use parking_lot::Mutex;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -71,16 +71,7 @@ async fn an_inference_has_a_span_and_its_batch_follows_from_it() {
 
     let root = tempfile::tempdir().unwrap();
     write_model(root.path(), "m", CONFIG, "plain");
-    let (backend, _controls) = common::backend();
-    let options = EngineOptions {
-        repositories: vec![root.path().to_path_buf()],
-        mirrors: Vec::new(),
-        strict_model_config: false,
-        strict_readiness: true,
-        response_cache: None,
-        devices: Default::default(),
-    };
-    let engine = Engine::new(options, vec![Arc::new(backend)]);
+    let (engine, _controls) = common::engine(root.path(), ControlMode::None, &["*"]);
     engine.load_all().unwrap();
     let mut r = request("m", &[1, 2]);
     r.id = "r-7".into();

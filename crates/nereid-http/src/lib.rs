@@ -261,7 +261,7 @@ where
                 // Triton's routes only match positive integer versions;
                 // Nereid's version labels go there too.
                 "version" => match ModelVersion::parse(&value) {
-                    Some(ModelVersion::Number(v)) if v > 0 && !value.starts_with('+') => {
+                    Some(ModelVersion::Number(v)) if v > 0 => {
                         path.named = ModelVersion::Number(v);
                     }
                     Some(label @ ModelVersion::Label(_)) => path.named = label,

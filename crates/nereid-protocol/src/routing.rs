@@ -44,34 +44,6 @@ pub fn take_routing(params: &mut Parameters, version: ModelVersion) -> Result<Ro
     })
 }
 
-/// Puts `routing`'s sequence, priority and timeout back as parameters, for
-/// a wire that carries them so (a BLS call's, or a client's, request).
-pub fn routing_parameters(routing: &Routing, params: &mut Parameters) {
-    let sequence = &routing.sequence;
-    if !sequence.id.is_none() {
-        let id = match &sequence.id {
-            CorrelationId::Int(v) => Parameter::Uint64(*v),
-            CorrelationId::Str(s) => Parameter::String(s.clone()),
-        };
-        params.insert("sequence_id".into(), id);
-    }
-    for (key, set) in [
-        ("sequence_start", sequence.start),
-        ("sequence_end", sequence.end),
-    ] {
-        if set {
-            params.insert(key.into(), Parameter::Bool(true));
-        }
-    }
-    if routing.priority != 0 {
-        params.insert("priority".into(), Parameter::Uint64(routing.priority));
-    }
-    if let Some(timeout) = routing.timeout {
-        let micros = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
-        params.insert("timeout".into(), Parameter::Uint64(micros));
-    }
-}
-
 fn take_flag(params: &mut Parameters, key: &str) -> Result<bool, Error> {
     match params.remove(key) {
         None => Ok(false),
@@ -131,12 +103,6 @@ mod tests {
         );
         let left: Vec<_> = p.keys().map(String::as_str).collect();
         assert_eq!(left, ["routing_key", "temperature"]);
-        let mut back = Parameters::new();
-        routing_parameters(&routing, &mut back);
-        let again = take_routing(&mut back, ModelVersion::Number(3)).unwrap();
-        assert_eq!(again.sequence, routing.sequence);
-        assert_eq!((again.priority, again.timeout), (2, routing.timeout));
-        assert!(back.is_empty());
     }
 
     #[test]
