@@ -60,6 +60,14 @@ impl fmt::Display for ModelVersion {
     }
 }
 
+/// Triton's words for a version string that is no number (its `stol`
+/// failed), which a word a model has no label for gets too.
+pub fn not_a_version_number(version: &str) -> crate::Error {
+    crate::Error::invalid_argument(format!(
+        "failed to get model version from specified version string '{version}' (details: stol), version should be an integral value > 0"
+    ))
+}
+
 /// Whether `name` can be a version label: it can never be read as a
 /// version number, and it fits in a URL path segment unescaped.
 pub fn is_label(name: &str) -> bool {

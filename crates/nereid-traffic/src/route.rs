@@ -192,9 +192,7 @@ pub fn unknown_label(model: &str, label: &str, has_labels: bool) -> Error {
             "Request for unknown model: '{model}' has no version label '{label}'"
         ))
     } else {
-        Error::invalid_argument(format!(
-            "failed to get model version from specified version string '{label}' (details: stol), version should be an integral value > 0"
-        ))
+        nereid_core::routing::not_a_version_number(label)
     }
 }
 

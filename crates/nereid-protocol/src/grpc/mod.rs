@@ -12,6 +12,7 @@ mod params;
 mod request;
 mod response;
 
+use nereid_core::routing::not_a_version_number;
 use nereid_core::{Error, ModelVersion};
 
 pub use params::{parameters_from_proto, parameters_to_proto};
@@ -26,7 +27,7 @@ pub fn parse_model_version(version: &str) -> Result<Option<i64>, Error> {
     match parse_version(version)? {
         ModelVersion::Number(v) => Ok(Some(v)),
         ModelVersion::Latest => Ok(None),
-        ModelVersion::Label(_) => Err(not_a_number(version)),
+        ModelVersion::Label(_) => Err(not_a_version_number(version)),
     }
 }
 
@@ -45,15 +46,8 @@ pub fn parse_version(version: &str) -> Result<ModelVersion, Error> {
         Ok(_) => Err(Error::invalid_argument(format!(
             "invalid model version specified '{version}' , version should be an integral value > 0"
         ))),
-        Err(_) => Err(not_a_number(version)),
+        Err(_) => Err(not_a_version_number(version)),
     }
-}
-
-/// Triton's words for a version string that is no number.
-pub fn not_a_number(version: &str) -> Error {
-    Error::invalid_argument(format!(
-        "failed to get model version from specified version string '{version}' (details: stol), version should be an integral value > 0"
-    ))
 }
 
 #[cfg(test)]
