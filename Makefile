@@ -49,6 +49,7 @@ setup-test: setup setup-torch
 	scripts/setup-redis.sh
 	scripts/setup-cloud-test.sh
 	scripts/setup-tansu.sh >/dev/null
+	scripts/setup-helm.sh >/dev/null
 
 setup-torch: setup
 	scripts/setup-libtorch.sh >/dev/null

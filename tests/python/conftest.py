@@ -71,6 +71,11 @@ def plain_http_ready(server: Server) -> bool:
     return requests.get(f"{server.base}/v2/health/ready", timeout=10).status_code == 200
 
 
+def live(server: Server) -> bool:
+    """For a server that may start not ready: its HTTP endpoint answers."""
+    return requests.get(f"{server.base}/v2/health/live", timeout=10).status_code == 200
+
+
 def wait_until(condition: Callable[[], object], what: str, timeout_s: float = WAIT_S,
                interval_s: float = 0.05):
     """Polls `condition` until it gives a true value, which it returns;

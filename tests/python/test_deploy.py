@@ -1,6 +1,5 @@
 """deploy/ without a cluster: every manifest parses; the Helm chart (rendered
-by tests/python/helm_template.py, as Helm is not installed here) and the
-KServe runtime start the built server with their own arguments, and their
+and linted by real Helm, tests/python/helm.py) and the KServe runtime start the built server with their own arguments, and their
 ports and probes answer on it; the HPA agrees with the adapter's rules and
 exposes the values operators set; the dashboard asks only for metrics the
 server serves; the Dockerfile's promises hold (non-root, ONNX Runtime,
@@ -11,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -25,13 +25,14 @@ import tritonclient.http as httpclient
 import yaml
 
 from conftest import REPO_ROOT, START_S, STOP_S, free_ports
-from helm_template import Chart
+from helm import Chart, helm
 
 DEPLOY = REPO_ROOT / "deploy"
 CHART = DEPLOY / "helm" / "nereid"
 RUNTIME = DEPLOY / "kserve" / "nereid-runtime.yaml"
 ISVC = DEPLOY / "kserve" / "inferenceservice.yaml"
 DASHBOARD = CHART / "dashboards" / "nereid.json"
+ADAPTER_VALUES = DEPLOY / "helm" / "prometheus-adapter-values.yaml"
 DOCKERFILE = DEPLOY / "Dockerfile"
 BINARY = os.environ.get("NEREID_BIN", str(REPO_ROOT / "target/debug/nereid"))
 GPU_METRICS = {"nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes",
@@ -172,6 +173,42 @@ def test_every_manifest_parses():
         "with an HPA, the Deployment leaves the replica count to it"
 
 
+def documented_commands(doc: Path, program: str) -> list[list[str]]:
+    """The commands of `doc`'s sh blocks that start with `program`, as the
+    shell splits them (continuation lines joined)."""
+    blocks = re.findall(r"^```sh\n(.*?)^```", doc.read_text(), re.S | re.M)
+    lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
+    return [shlex.split(line) for line in lines if line.startswith(program + " ")]
+
+
+def test_real_helm_lints_the_chart():
+    out = helm("lint", "--strict", str(CHART))
+    assert "0 chart(s) failed" in out, out
+
+
+def test_the_documented_helm_install_renders_with_real_helm():
+    """docs/deploy.md step 2, as written, with `template` for `install` (no
+    cluster here): Helm checks the chart's dependencies on both."""
+    installs = [c for c in documented_commands(REPO_ROOT / "docs/deploy.md", "helm")
+                if c[1] == "install" and c[3] == "deploy/helm/nereid"]
+    assert len(installs) == 1, installs
+    text = helm("template", *installs[0][2:])
+    kinds = by_kind([d for d in yaml.safe_load_all(text) if d])
+    spec = kinds["Deployment"]["spec"]["template"]["spec"]
+    assert container(kinds["Deployment"])["image"] == "registry.example.com/nereid:0.1.0"
+    [models] = [v for v in spec["volumes"] if v["name"] == "models"]
+    assert models == {"name": "models", "persistentVolumeClaim": {"claimName": "models"}}
+
+
+def test_the_chart_keeps_pods_ready_through_a_bad_upload():
+    """The readiness the chart asks for by default (docs/deploy.md,
+    "Readiness and a bad upload"; test_hot_reload runs the rule itself)."""
+    args = container(by_kind(Chart(CHART).documents())["Deployment"])["args"]
+    assert flag(args, "strict-readiness") == "startup"
+    triton = container(by_kind(Chart(CHART, {"strictReadiness": "true"}).documents())["Deployment"])
+    assert flag(triton["args"], "strict-readiness") == "true"
+
+
 @pytest.fixture(scope="module")
 def chart_server(tmp_path_factory):
     """The server the chart's Deployment starts, on free ports, serving a
@@ -253,9 +290,9 @@ def test_a_cloud_repository_needs_no_volume():
 
 
 def test_hpa_scales_on_the_adapters_queue_time_with_the_values_knobs():
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    scaling = values["autoscaling"]
-    rules = {r["name"]["as"]: r for r in values["prometheus-adapter"]["rules"]["custom"]}
+    scaling = yaml.safe_load((CHART / "values.yaml").read_text())["autoscaling"]
+    adapter = yaml.safe_load(ADAPTER_VALUES.read_text())
+    rules = {r["name"]["as"]: r for r in adapter["rules"]["custom"]}
     queue = rules[scaling["queueTime"]["metric"]]
     assert "nv_inference_queue_duration_us" in queue["metricsQuery"]
     assert "nv_inference_request_success" in queue["metricsQuery"]

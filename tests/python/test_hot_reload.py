@@ -20,7 +20,7 @@ import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from conftest import REPO_ROOT, start_server, stop_server
+from conftest import REPO_ROOT, live, start_server, stop_server
 
 ADD_SUB = REPO_ROOT / "model_repository/add_sub_versions"
 IDENTITY = REPO_ROOT / "tests/models/identity_fp32"
@@ -242,5 +242,57 @@ def test_a_broken_new_version_leaves_the_old_one_serving_and_says_so(tmp_path):
         answer = client.infer("latest", inputs)
         assert answer.get_response()["model_version"] == "1"
         np.testing.assert_array_equal(answer.as_numpy("OUTPUT0"), A + B)
+    finally:
+        assert stop_server(server) == 0, server.log()
+
+
+def test_startup_readiness_forgives_a_bad_upload_but_not_a_bad_start(tmp_path):
+    """--strict-readiness=startup, the chart's default (docs/deploy.md):
+    a server whose models do not all serve yet is not ready; once it has
+    been ready, a broken upload (a new version beside a serving one, or a
+    new model) leaves it ready, and the model's own readiness and the
+    index tell. Triton's strict rule, on the same repository, is not."""
+    repo = tmp_path / "models"
+    (repo / "latest/1").mkdir(parents=True)
+    shutil.copyfile(ADD_SUB / "1/model.onnx", repo / "latest/1/model.onnx")
+    (repo / "latest/config.pbtxt").write_text(add_sub_config("latest"))
+    (repo / "fresh/1").mkdir(parents=True)
+    (repo / "fresh/1/model.onnx").write_bytes(b"not an onnx model")
+    (repo / "fresh/config.pbtxt").write_text(add_sub_config("fresh"))
+    (tmp_path / "startup").mkdir()
+    server = start_server(tmp_path / "startup", [repo],
+                          ["--model-control-mode=poll", "--repository-poll-secs=1",
+                           "--strict-readiness=startup", "--exit-on-error=false"], ready=live)
+    ready = lambda path="": requests.get(f"{server.base}/v2{path}/health/ready"
+                                         if not path else f"{server.base}/v2/models/{path}/ready",
+                                         timeout=30).status_code
+    try:
+        wait_until("fresh to fail", lambda: "fresh" in server.log() and "failed" in server.log())
+        assert ready() == 400, "a model that serves nothing at startup holds readiness back"
+        shutil.copyfile(ADD_SUB / "1/model.onnx", repo / "fresh/1/model.onnx")
+        wait_until("ready once fresh serves", lambda: ready() == 200)
+
+        (repo / "latest/2").mkdir()
+        (repo / "latest/2/model.onnx").write_bytes(b"not an onnx model")
+        shutil.copytree(repo / "fresh", repo / "newbie")
+        (repo / "newbie/config.pbtxt").write_text(add_sub_config("newbie"))
+        (repo / "newbie/1/model.onnx").write_bytes(b"not an onnx model")
+
+        def states():
+            rows = requests.post(f"{server.base}/v2/repository/index", timeout=30).json()
+            return {(r["name"], r.get("version")): r.get("state") for r in rows}
+        wait_until("both bad uploads to fail",
+                   lambda: states().get(("latest", "2")) == "UNAVAILABLE"
+                   and states().get(("newbie", "1")) == "UNAVAILABLE")
+        assert ready() == 200, "a bad upload does not take the server out"
+        assert ready("latest") == 200, "version 1 serves on"
+        assert ready("latest/versions/2") == 400
+        assert ready("newbie") == 400
+
+        strict = start_server(tmp_path, [repo], ["--exit-on-error=false"], ready=live)
+        try:
+            assert requests.get(f"{strict.base}/v2/health/ready", timeout=30).status_code == 400
+        finally:
+            assert stop_server(strict) == 0, strict.log()
     finally:
         assert stop_server(server) == 0, server.log()

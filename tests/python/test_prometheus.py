@@ -1,7 +1,7 @@
 """A real Prometheus (Debian's, installed by scripts/setup-prometheus.sh)
 scrapes a running Nereid while perf_analyzer loads it, then answers the
 queries the deployment relies on through its HTTP API: the autoscaler's
-queue-time rule from deploy/helm/nereid/values.yaml, as prometheus-adapter
+queue-time rule from deploy/helm/prometheus-adapter-values.yaml, as prometheus-adapter
 would send it, and a p99 from the latency histograms, which must agree
 with perf_analyzer's own p99 within 20%. The dashboard's queries must run
 too."""
@@ -193,9 +193,10 @@ def test_histogram_p99_agrees_with_perf_analyzer(loaded):
 
 def test_the_autoscalers_rule_gives_queue_time_per_request(loaded):
     prometheus, row, _, queue_per_request = loaded
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    rules = {r["name"]["as"]: r for r in values["prometheus-adapter"]["rules"]["custom"]}
-    rule = rules[values["autoscaling"]["queueTime"]["metric"]]
+    adapter = yaml.safe_load((CHART.parent / "prometheus-adapter-values.yaml").read_text())
+    rules = {r["name"]["as"]: r for r in adapter["rules"]["custom"]}
+    metric = yaml.safe_load((CHART / "values.yaml").read_text())["autoscaling"]["queueTime"]["metric"]
+    rule = rules[metric]
     series = prometheus.api("series", **{"match[]": rule["seriesQuery"]})
     assert series and all(s["namespace"] == "test" and s["pod"] == "nereid-0" for s in series)
     result = prometheus.api("query", query=adapter_query(rule))["result"]

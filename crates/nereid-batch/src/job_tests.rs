@@ -35,7 +35,7 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
         repositories: vec![root.to_path_buf()],
         mirrors: Vec::new(),
         strict_model_config: true,
-        strict_readiness: true,
+        strict_readiness: nereid_engine::Readiness::Strict,
         response_cache: None,
         devices: Default::default(),
     };

@@ -56,6 +56,7 @@ impl Engine {
                 links: Mutex::new(Links::default()),
                 runtime: tokio::runtime::Handle::try_current().ok(),
                 started: AtomicBool::new(false),
+                ready_once: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
                 in_flight: Arc::new(AtomicUsize::new(0)),
                 custom_metrics: Arc::default(),

@@ -51,6 +51,8 @@ pub(crate) struct Inner {
     /// Which models ensembles loaded or unloaded on their own account.
     pub(crate) links: Mutex<Links>,
     pub(crate) started: AtomicBool,
+    /// The server has been ready once (what `Readiness::Startup` asks).
+    pub(crate) ready_once: AtomicBool,
     pub(crate) stopping: AtomicBool,
     /// Requests accepted by [`Engine::infer`] and not yet answered, and
     /// streams not yet ended.

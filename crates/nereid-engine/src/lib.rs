@@ -51,7 +51,7 @@ pub use infer::{Answer, Call, ResponseStream, Takes};
 pub use job::Streamed;
 pub use metadata::{ModelMetadata, TensorMetadata};
 pub use model::LoadedVersion;
-pub use options::{ControlMode, EngineOptions, LoadFailure, LoadRequest, ModelControl};
+pub use options::{ControlMode, EngineOptions, LoadFailure, LoadRequest, ModelControl, Readiness};
 pub use registry::{IndexEntry, ModelState};
 pub use routing::TrafficView;
 pub use source::check_load_request;

@@ -11,6 +11,22 @@ use nereid_repository::Mirror;
 
 use crate::cache::CacheConfig;
 
+/// What `/v2/health/ready` asks of the models (`--strict-readiness`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Readiness {
+    /// Triton's `true`: every model is ready, each time it is asked.
+    #[default]
+    Strict,
+    /// Triton's `false`: the server is up, whatever its models.
+    Started,
+    /// Nereid's `startup`: ready once every model has a version serving;
+    /// from then until shutdown, loads that fail (a broken upload) show in
+    /// the model's own readiness and the repository index, not here. What
+    /// a Kubernetes readiness probe wants: a new pod joins only when its
+    /// models serve, and one bad file does not take every pod out at once.
+    Startup,
+}
+
 /// tritonserver's `--model-control-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ControlMode {
@@ -33,8 +49,8 @@ pub struct EngineOptions {
     pub mirrors: Vec<Arc<dyn Mirror>>,
     /// Refuse to autofill missing config fields from the model file.
     pub strict_model_config: bool,
-    /// Report ready only when every model is ready.
-    pub strict_readiness: bool,
+    /// What server readiness asks of the models.
+    pub strict_readiness: Readiness,
     /// The response cache (`--cache-config local,size=N` or
     /// `--cache-config redis,...`); `None`: no cache, so
     /// `response_cache { enable: true }` has no effect.

@@ -267,6 +267,18 @@ impl Registry {
         self.models.values().all(ModelEntry::is_ready)
     }
 
+    /// What `Readiness::Startup` asks: every model is ready as
+    /// [`Registry::all_ready`] has it, or has a version serving (a failed
+    /// new version beside a serving one does not count).
+    pub fn all_serving(&self) -> bool {
+        self.models.values().all(|m| {
+            m.is_ready()
+                || m.versions
+                    .values()
+                    .any(|v| v.shown().0 == ModelState::Ready)
+        })
+    }
+
     /// Every ready version of every model, for statistics.
     pub fn loaded(&self) -> impl Iterator<Item = (&str, &Arc<LoadedVersion>)> {
         self.models.iter().flat_map(|(name, m)| {
@@ -395,6 +407,26 @@ mod tests {
         assert!(!registry.all_ready());
         registry.set("c".into(), ModelEntry::failed("bad config"));
         assert!(!registry.all_ready());
+    }
+
+    #[test]
+    fn serving_readiness_forgives_a_failed_version_beside_a_serving_one() {
+        let mut registry = Registry::default();
+        registry.set("a".into(), model(&[(1, ModelState::Ready, "")]));
+        assert!(registry.all_serving());
+        registry.set(
+            "a".into(),
+            model(&[
+                (1, ModelState::Ready, ""),
+                (2, ModelState::Unavailable, "bad file"),
+            ]),
+        );
+        assert!(!registry.all_ready());
+        assert!(registry.all_serving(), "version 1 serves on");
+        registry.set("b".into(), model(&[(1, ModelState::Loading, "")]));
+        assert!(!registry.all_serving(), "b serves nothing yet");
+        registry.set("b".into(), ModelEntry::failed("bad config"));
+        assert!(!registry.all_serving());
     }
 
     #[test]

@@ -12,6 +12,7 @@ use nereid_core::model_config::ModelConfig;
 use crate::handle::{Engine, ReadinessCheck};
 use crate::metadata::ModelMetadata;
 use crate::model::LoadedVersion;
+use crate::options::Readiness;
 use crate::registry::IndexEntry;
 use crate::shared_memory::SharedMemoryRegistry;
 use crate::stats::{self, StatsSnapshot};
@@ -30,15 +31,26 @@ impl Engine {
         !self.inner.stopping.load(Ordering::SeqCst)
     }
 
-    /// Startup has finished, the server is not shutting down and, with
-    /// strict readiness, every model is ready.
+    /// Startup has finished, the server is not shutting down and the
+    /// models are as `--strict-readiness` asks ([`Readiness`]).
     pub fn is_ready(&self) -> bool {
         let started = self.inner.started.load(Ordering::SeqCst)
             && !self.inner.stopping.load(Ordering::SeqCst);
-        let models = !self.inner.options.strict_readiness || self.inner.registry.read().all_ready();
+        let models = match self.inner.options.strict_readiness {
+            Readiness::Strict => self.inner.registry.read().all_ready(),
+            Readiness::Started => true,
+            Readiness::Startup => {
+                self.inner.ready_once.load(Ordering::SeqCst)
+                    || (started && self.inner.registry.read().all_serving())
+            }
+        };
         // Apart from the registry's guard above: a check may read the
         // registry itself.
-        started && models && self.inner.readiness.read().iter().all(|check| check())
+        let ready = started && models && self.inner.readiness.read().iter().all(|check| check());
+        if ready {
+            self.inner.ready_once.store(true, Ordering::SeqCst);
+        }
+        ready
     }
 
     /// Adds a condition to [`Engine::is_ready`]: the server is ready only

@@ -25,7 +25,7 @@ fn engine_with(root: &Path, compute_only: bool) -> (Engine, Controls) {
         repositories: vec![root.to_path_buf()],
         mirrors: Vec::new(),
         strict_model_config: false,
-        strict_readiness: true,
+        strict_readiness: nereid_engine::Readiness::Strict,
         response_cache: None,
         devices: Default::default(),
     };

@@ -92,7 +92,7 @@ fn engine(mirror: &Arc<FakeMirror>, mode: ControlMode, startup: &[&str]) -> Engi
         repositories: vec![mirror.root().to_path_buf()],
         mirrors: vec![Arc::clone(mirror) as Arc<dyn Mirror>],
         strict_model_config: false,
-        strict_readiness: true,
+        strict_readiness: nereid_engine::Readiness::Strict,
         response_cache: None,
         devices: Default::default(),
     };

@@ -22,7 +22,7 @@ fn poll_engine(root: &Path) -> Engine {
         repositories: vec![root.to_path_buf()],
         mirrors: Vec::new(),
         strict_model_config: false,
-        strict_readiness: true,
+        strict_readiness: nereid_engine::Readiness::Strict,
         response_cache: None,
         devices: Default::default(),
     };

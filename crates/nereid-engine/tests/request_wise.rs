@@ -29,7 +29,7 @@ async fn each_request_of_a_batch_gets_its_own_answer() {
         repositories: vec![root.path().to_path_buf()],
         mirrors: Vec::new(),
         strict_model_config: false,
-        strict_readiness: true,
+        strict_readiness: nereid_engine::Readiness::Strict,
         response_cache: None,
         devices: Default::default(),
     };

@@ -40,7 +40,7 @@ dynamic_batching { max_queue_delay_microseconds: 500 }
         repositories: vec![root.to_path_buf()],
         mirrors: Vec::new(),
         strict_model_config: true,
-        strict_readiness: true,
+        strict_readiness: nereid_engine::Readiness::Strict,
         response_cache: None,
         devices: Default::default(),
     };

@@ -15,7 +15,7 @@ fn app(key: Option<&str>) -> (axum::Router, tempfile::TempDir) {
         repositories: vec![repository.path().to_path_buf()],
         mirrors: Vec::new(),
         strict_model_config: false,
-        strict_readiness: true,
+        strict_readiness: nereid_engine::Readiness::Strict,
         response_cache: None,
         devices: Default::default(),
     };

@@ -30,7 +30,7 @@ async fn start() -> (RunningServer, String) {
             repositories: vec![root],
             mirrors: Vec::new(),
             strict_model_config: false,
-            strict_readiness: true,
+            strict_readiness: nereid_engine::Readiness::Strict,
             response_cache: None,
             devices: Default::default(),
         },

@@ -219,7 +219,7 @@ pub fn engine(
         repositories: vec![root.to_path_buf()],
         mirrors: Vec::new(),
         strict_model_config: false,
-        strict_readiness: true,
+        strict_readiness: nereid_engine::Readiness::Strict,
         response_cache: None,
         devices: Default::default(),
     };

@@ -169,7 +169,7 @@ impl BatchArgs {
                 repositories: roots,
                 mirrors,
                 strict_model_config: self.strict_model_config,
-                strict_readiness: false,
+                strict_readiness: nereid_engine::Readiness::Started,
                 response_cache: None,
                 devices: self.devices.devices()?,
             },

@@ -5,9 +5,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::builder::BoolishValueParser;
+use clap::builder::{BoolishValueParser, TypedValueParser};
 use clap::{Parser, ValueEnum};
-use nereid_engine::{ControlMode, EngineOptions, ModelControl};
+use nereid_engine::{ControlMode, EngineOptions, ModelControl, Readiness};
 
 use crate::server::ServerConfig;
 use nereid_edge::logging::{LogFormat, LogSettings};
@@ -116,9 +116,11 @@ pub struct Args {
     #[arg(long, default_value = "false", value_parser = BoolishValueParser::new(), num_args = 1)]
     pub strict_model_config: bool,
 
-    /// Report the server ready only when every model is ready.
-    #[arg(long, default_value = "true", value_parser = BoolishValueParser::new(), num_args = 1)]
-    pub strict_readiness: bool,
+    /// What readiness asks of the models: true (Triton's: every model is
+    /// ready), false (the server is up), or startup (Nereid's: ready once
+    /// every model has a version serving; later failed loads do not count).
+    #[arg(long, default_value = "true", value_parser = readiness, num_args = 1)]
+    pub strict_readiness: Readiness,
 
     /// When models load and unload: none (all at startup, never again),
     /// poll (follow the repository folders), explicit (startup models,
@@ -353,6 +355,18 @@ impl Args {
     }
 }
 
+/// `--strict-readiness`: Triton's booleans, or `startup`.
+fn readiness(value: &str) -> Result<Readiness, String> {
+    if value.eq_ignore_ascii_case("startup") {
+        return Ok(Readiness::Startup);
+    }
+    match BoolishValueParser::new().parse_ref(&clap::Command::new("nereid"), None, value.as_ref()) {
+        Ok(true) => Ok(Readiness::Strict),
+        Ok(false) => Ok(Readiness::Started),
+        Err(_) => Err(format!("'{value}' is not one of true, false or startup")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,7 +388,25 @@ mod tests {
         assert_eq!(args.http_port, 9000);
         assert!(!args.allow_grpc);
         assert!(args.strict_model_config);
-        assert!(args.strict_readiness);
+        assert_eq!(args.strict_readiness, Readiness::Strict);
+    }
+
+    #[test]
+    fn strict_readiness_takes_triton_booleans_and_startup() {
+        let parse = |value: &str| {
+            Args::try_parse_from([
+                "nereid",
+                "--model-repository=/a",
+                &format!("--strict-readiness={value}"),
+            ])
+            .map(|a| a.strict_readiness)
+        };
+        assert_eq!(parse("false").unwrap(), Readiness::Started);
+        assert_eq!(parse("0").unwrap(), Readiness::Started);
+        assert_eq!(parse("TRUE").unwrap(), Readiness::Strict);
+        assert_eq!(parse("startup").unwrap(), Readiness::Startup);
+        let err = parse("sometimes").unwrap_err().to_string();
+        assert!(err.contains("true, false or startup"), "{err}");
     }
 
     #[test]
