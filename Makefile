@@ -50,6 +50,7 @@ setup-test: setup setup-torch
 	scripts/setup-cloud-test.sh
 	scripts/setup-tansu.sh >/dev/null
 	scripts/setup-helm.sh >/dev/null
+	scripts/setup-kcat.sh
 
 setup-torch: setup
 	scripts/setup-libtorch.sh >/dev/null
