@@ -79,6 +79,21 @@ pub enum OutputPartition {
     Input,
 }
 
+/// What a route does when the broker serves a partition's records with
+/// offsets missing between them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnGap {
+    /// Read the partition again from before the missing offsets (a broker
+    /// that answers a fetch from inside a record batch with the next batch
+    /// serves them then); those a read from before them still skips each
+    /// range in one dead letter.
+    DeadLetter,
+    /// Count the missing offsets and go on: for compacted topics and
+    /// transactional producers, whose offsets have gaps by design.
+    Skip,
+}
+
 /// The file as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -125,6 +140,8 @@ struct FileRoute {
     ordering: Ordering,
     #[serde(default = "default_output_partition")]
     output_partition: OutputPartition,
+    #[serde(default = "default_on_gap")]
+    on_gap: OnGap,
 }
 
 fn default_client_id() -> String {
@@ -144,6 +161,9 @@ fn default_ordering() -> Ordering {
 }
 fn default_output_partition() -> OutputPartition {
     OutputPartition::Key
+}
+fn default_on_gap() -> OnGap {
+    OnGap::DeadLetter
 }
 
 /// The Kafka frontend's settings, checked.
@@ -175,6 +195,7 @@ pub struct Route {
     pub format: Format,
     pub ordering: Ordering,
     pub output_partition: OutputPartition,
+    pub on_gap: OnGap,
 }
 
 impl KafkaConfig {
@@ -271,6 +292,7 @@ fn route(file: FileRoute, default_dead_letter: Option<&str>) -> Result<Route, Co
         format: file.format,
         ordering: file.ordering,
         output_partition: file.output_partition,
+        on_gap: file.on_gap,
     })
 }
 
@@ -346,6 +368,7 @@ mod tests {
         assert_eq!(route.ordering, Ordering::Partition);
         assert_eq!(route.output_partition, OutputPartition::Key);
         assert_eq!(route.model_version, ModelVersion::Latest);
+        assert_eq!(route.on_gap, OnGap::DeadLetter);
     }
 
     #[test]
@@ -362,6 +385,7 @@ mod tests {
             format = "json_array"
             ordering = "key"
             output_partition = "input"
+            on_gap = "skip"
         "#;
         let config = KafkaConfig::parse(text).expect("valid");
         let route = &config.routes[0];
@@ -370,6 +394,7 @@ mod tests {
         assert_eq!(route.ordering, Ordering::Key);
         assert_eq!(route.output_partition, OutputPartition::Input);
         assert_eq!(route.model_version, ModelVersion::Number(2));
+        assert_eq!(route.on_gap, OnGap::Skip);
     }
 
     #[test]

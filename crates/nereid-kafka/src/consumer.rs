@@ -20,6 +20,8 @@ use rdkafka::{ClientContext, TopicPartitionList as Tpl};
 use crate::logs::{self, ErrorLog};
 use crate::message::Record;
 use crate::pipeline::Shared;
+use crate::seek;
+use crate::stats::Marks;
 
 /// How long a poll waits while records are in flight (then paused
 /// partitions are looked at again) and while idle.
@@ -40,15 +42,21 @@ impl ClientContext for Context {
         let stats = &self.shared.stats;
         let up = statistics.brokers.values().any(|b| b.state == "UP");
         stats.connected.store(up, AtomicOrdering::SeqCst);
-        let mut lag = BTreeMap::new();
+        let mut marks = BTreeMap::new();
         for (name, topic) in &statistics.topics {
-            for (&id, partition) in &topic.partitions {
-                if id >= 0 && partition.fetch_state != "none" && partition.consumer_lag >= 0 {
-                    lag.insert((name.clone(), id), partition.consumer_lag);
+            for (&id, p) in &topic.partitions {
+                if id >= 0 && p.fetch_state != "none" {
+                    let end = match p.ls_offset >= 0 {
+                        true => p.ls_offset.min(p.hi_offset),
+                        false => p.hi_offset,
+                    };
+                    let lag = p.consumer_lag;
+                    let low = p.lo_offset;
+                    marks.insert((name.clone(), id), Marks { lag, low, end });
                 }
             }
         }
-        stats.set_lag(lag);
+        stats.set_marks(marks);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
@@ -81,6 +89,7 @@ impl ConsumerContext for Context {
                 if let Err(error) = consumer.resume(partitions) {
                     tracing::debug!("resuming newly assigned partitions: {error}");
                 }
+                seek::assigned(&self.shared, consumer, partitions);
                 self.shared.stats.joined.store(true, AtomicOrdering::SeqCst);
                 tracing::info!("Kafka partitions assigned: {}", describe(partitions));
             }
@@ -143,6 +152,7 @@ pub(crate) fn run(shared: Arc<Shared>, consumer: BaseConsumer<Context>, drain: D
         shared.config.group_id
     );
     let mut last_commit = Instant::now();
+    let mut last_check = Instant::now();
     while !shared.stopping() {
         let busy = shared.state.lock().in_flight() > 0;
         match consumer.poll(if busy { POLL_BUSY } else { POLL_IDLE }) {
@@ -151,6 +161,10 @@ pub(crate) fn run(shared: Arc<Shared>, consumer: BaseConsumer<Context>, drain: D
             None => {}
         }
         resume(&shared, &consumer);
+        if last_check.elapsed() >= seek::CHECK_EVERY {
+            seek::check_stalls(&shared, &consumer);
+            last_check = Instant::now();
+        }
         if last_commit.elapsed() >= shared.config.commit_interval {
             commit(&shared, &consumer, CommitMode::Async, None);
             last_commit = Instant::now();
@@ -194,6 +208,9 @@ fn take(shared: &Arc<Shared>, consumer: &BaseConsumer<Context>, message: &Borrow
     else {
         return;
     };
+    if !seek::admit(shared, consumer, route, message) {
+        return;
+    }
     let record = Record {
         route,
         topic: message.topic().to_string(),
@@ -244,6 +261,8 @@ fn resume(shared: &Shared, consumer: &BaseConsumer<Context>) {
         for ((topic, partition), p) in state.partitions.iter_mut() {
             if p.paused && p.offsets.in_flight() < max {
                 p.paused = false;
+                p.stream.restarted();
+                p.heard = Some(Instant::now());
                 list.add_partition(topic, *partition);
             }
         }
@@ -364,7 +383,7 @@ fn wait_until_done(
     }
 }
 
-fn describe(list: &TopicPartitionList) -> String {
+pub(crate) fn describe(list: &TopicPartitionList) -> String {
     let parts: Vec<String> = list
         .elements()
         .iter()

@@ -16,11 +16,13 @@
 
 mod config;
 mod consumer;
+mod gap;
 mod logs;
 mod message;
 mod partition;
 mod pipeline;
 mod producer;
+mod seek;
 mod stats;
 
 use std::sync::atomic::Ordering as AtomicOrdering;
@@ -30,9 +32,10 @@ use std::time::Duration;
 use nereid_engine::Engine;
 use parking_lot::{Condvar, Mutex};
 
-pub use config::{ConfigError, Format, KafkaConfig, Ordering, OutputPartition, Route};
+pub use config::{ConfigError, Format, KafkaConfig, OnGap, Ordering, OutputPartition, Route};
 pub use message::{
-    ERROR_HEADER, SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER, SOURCE_TOPIC_HEADER, STAGE_HEADER,
+    ERROR_HEADER, SOURCE_LAST_OFFSET_HEADER, SOURCE_OFFSET_HEADER, SOURCE_PARTITION_HEADER,
+    SOURCE_TOPIC_HEADER, STAGE_HEADER,
 };
 pub use stats::{RouteSnapshot, Snapshot};
 

@@ -19,6 +19,9 @@ pub const STAGE_HEADER: &str = "nereid-error-stage";
 pub const SOURCE_TOPIC_HEADER: &str = "nereid-source-topic";
 pub const SOURCE_PARTITION_HEADER: &str = "nereid-source-partition";
 pub const SOURCE_OFFSET_HEADER: &str = "nereid-source-offset";
+/// On the dead letter of offsets the broker skipped: the last of them
+/// (`nereid-source-offset` is the first).
+pub const SOURCE_LAST_OFFSET_HEADER: &str = "nereid-source-last-offset";
 
 /// A record's headers, in order; a header may have no value.
 pub type Headers = Vec<(String, Option<Bytes>)>;
@@ -44,6 +47,8 @@ pub enum Stage {
     Infer,
     Encode,
     Deliver,
+    /// The broker skipped the offsets: no record was read.
+    Fetch,
 }
 
 impl Stage {
@@ -53,6 +58,7 @@ impl Stage {
             Stage::Infer => "infer",
             Stage::Encode => "encode",
             Stage::Deliver => "deliver",
+            Stage::Fetch => "fetch",
         }
     }
 }
@@ -160,6 +166,41 @@ pub fn dead_letter(route: &Route, record: &Record, stage: Stage, error: &str) ->
         partition: None,
         key: record.key.clone(),
         payload: record.payload.clone(),
+        headers,
+        dead_letter: true,
+    }
+}
+
+/// The dead letter of offsets `first` to `last` of a partition, which the
+/// broker skipped even in a read from before them: no key, no value, the
+/// range in headers.
+pub fn gap_letter(route: &Route, topic: &str, partition: i32, first: i64, last: i64) -> Outgoing {
+    let error = format!(
+        "the broker served no records at offsets {first} to {last} of {topic}[{partition}]: a read from before them skipped them"
+    );
+    let text = |s: String| Some(Bytes::from(s));
+    let headers = vec![
+        (ERROR_HEADER.to_string(), text(error)),
+        (
+            STAGE_HEADER.to_string(),
+            text(Stage::Fetch.name().to_string()),
+        ),
+        (SOURCE_TOPIC_HEADER.to_string(), text(topic.to_string())),
+        (
+            SOURCE_PARTITION_HEADER.to_string(),
+            text(partition.to_string()),
+        ),
+        (SOURCE_OFFSET_HEADER.to_string(), text(first.to_string())),
+        (
+            SOURCE_LAST_OFFSET_HEADER.to_string(),
+            text(last.to_string()),
+        ),
+    ];
+    Outgoing {
+        topic: route.dead_letter_topic.clone(),
+        partition: None,
+        key: None,
+        payload: Bytes::new(),
         headers,
         dead_letter: true,
     }

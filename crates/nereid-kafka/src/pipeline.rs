@@ -19,6 +19,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, ThreadedProducer};
 
 use crate::config::{KafkaConfig, Ordering, Route};
+use crate::gap::Stream;
 use crate::message::{self, Outgoing, Record, Stage};
 use crate::partition::{Lanes, Offsets};
 use crate::producer::{Deliveries, DeliveryContext, Sent};
@@ -66,6 +67,11 @@ pub(crate) struct Partition {
     pub offsets: Offsets,
     pub lanes: Lanes<(Arc<Record>, Outgoing)>,
     pub paused: bool,
+    pub stream: Stream,
+    /// When the partition last served a record or its read (re)started.
+    pub heard: Option<std::time::Instant>,
+    /// The unreadable range last logged, so that it is logged once.
+    pub told: Option<(i64, i64)>,
 }
 
 impl State {
@@ -102,6 +108,35 @@ impl Shared {
             shared.complete(record, lane, outgoing);
         });
         in_flight
+    }
+
+    /// Accounts for offsets `first` to `last` the broker skipped: their dead
+    /// letter holds the commit position at `first` until the broker has
+    /// it, as a record's would.
+    pub fn gap_letter(
+        self: &Arc<Self>,
+        route: usize,
+        topic: &str,
+        partition: i32,
+        first: i64,
+        last: i64,
+    ) {
+        {
+            let mut state = self.state.lock();
+            let key = (topic.to_string(), partition);
+            state.partitions.entry(key).or_default().offsets.take(first);
+        }
+        let letter = message::gap_letter(&self.config.routes[route], topic, partition, first, last);
+        let record = Record {
+            route,
+            topic: topic.to_string(),
+            partition,
+            offset: first,
+            key: None,
+            payload: bytes::Bytes::new(),
+            headers: Vec::new(),
+        };
+        self.send(Arc::new(record), letter);
     }
 
     /// The record's answer, or its dead letter when it fails.

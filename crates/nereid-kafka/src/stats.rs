@@ -1,6 +1,6 @@
 //! What the metrics endpoint reports of the Kafka frontend: counts per
 //! route, the consumer's lag per partition (from librdkafka's statistics),
-//! and the state readiness follows.
+//! offsets the broker skipped, and the state readiness follows.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,13 +20,36 @@ pub struct RouteCounts {
     pub dead_lettered: AtomicU64,
 }
 
+/// A partition as librdkafka's statistics last reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marks {
+    /// Records behind the end of the partition.
+    pub lag: i64,
+    /// The partition's first offset (-1: not known yet).
+    pub low: i64,
+    /// One past the last offset a read may serve (the last stable offset
+    /// where it is lower than the high watermark); -1: not known yet.
+    pub end: i64,
+}
+
+/// What the broker skipped in one partition, since the server started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GapCounts {
+    /// Offsets skipped even by a read from before them (or at once, under
+    /// `on_gap = "skip"`): accounted for, never read.
+    pub skipped: u64,
+    /// Reads started again from before skipped offsets.
+    pub rereads: u64,
+}
+
 /// The counts, lag and health, shared by the frontend's threads.
 #[derive(Debug)]
 pub struct Stats {
     routes: Vec<(String, RouteCounts)>,
-    /// Messages behind the end of each assigned partition, by (topic,
-    /// partition), as librdkafka last reported it.
-    lag: Mutex<BTreeMap<(String, i32), i64>>,
+    /// Each assigned partition by (topic, partition), as librdkafka last
+    /// reported it.
+    marks: Mutex<BTreeMap<(String, i32), Marks>>,
+    gaps: Mutex<BTreeMap<(String, i32), GapCounts>>,
     pub joined: AtomicBool,
     pub connected: AtomicBool,
 }
@@ -37,6 +60,8 @@ pub struct Snapshot {
     /// (input topic, processed, failed, dead lettered).
     pub routes: Vec<RouteSnapshot>,
     pub lag: Vec<(String, i32, i64)>,
+    /// (topic, partition, counts) of partitions where the broker skipped.
+    pub gaps: Vec<(String, i32, GapCounts)>,
     /// The consumer has joined its group and reaches a broker.
     pub consumer_up: bool,
 }
@@ -56,7 +81,8 @@ impl Stats {
                 .into_iter()
                 .map(|t| (t, RouteCounts::default()))
                 .collect(),
-            lag: Mutex::default(),
+            marks: Mutex::default(),
+            gaps: Mutex::default(),
             joined: AtomicBool::new(false),
             connected: AtomicBool::new(true),
         }
@@ -70,9 +96,30 @@ impl Stats {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Replaces the lag of every partition with librdkafka's latest figures.
-    pub fn set_lag(&self, lag: BTreeMap<(String, i32), i64>) {
-        *self.lag.lock() = lag;
+    /// Replaces every partition's figures with librdkafka's latest.
+    pub fn set_marks(&self, marks: BTreeMap<(String, i32), Marks>) {
+        *self.marks.lock() = marks;
+    }
+
+    pub fn marks(&self, topic: &str, partition: i32) -> Option<Marks> {
+        self.marks
+            .lock()
+            .get(&(topic.to_string(), partition))
+            .copied()
+    }
+
+    /// Counts offsets `first` to `last` of a partition as skipped.
+    pub fn skipped(&self, topic: &str, partition: i32, first: i64, last: i64) {
+        let mut gaps = self.gaps.lock();
+        let counts = gaps.entry((topic.to_string(), partition)).or_default();
+        counts.skipped += (last - first + 1).max(0) as u64;
+    }
+
+    pub fn reread(&self, topic: &str, partition: i32) {
+        let mut gaps = self.gaps.lock();
+        gaps.entry((topic.to_string(), partition))
+            .or_default()
+            .rereads += 1;
     }
 
     pub fn consumer_up(&self) -> bool {
@@ -93,10 +140,17 @@ impl Stats {
                 })
                 .collect(),
             lag: self
-                .lag
+                .marks
                 .lock()
                 .iter()
-                .map(|((topic, partition), &lag)| (topic.clone(), *partition, lag))
+                .filter(|(_, m)| m.lag >= 0)
+                .map(|((topic, partition), m)| (topic.clone(), *partition, m.lag))
+                .collect(),
+            gaps: self
+                .gaps
+                .lock()
+                .iter()
+                .map(|((topic, partition), &c)| (topic.clone(), *partition, c))
                 .collect(),
             consumer_up: self.consumer_up(),
         }
@@ -110,8 +164,11 @@ impl Snapshot {
     /// `nereid_kafka_records_dead_lettered_total`; by topic and partition
     /// `nereid_kafka_consumer_lag` (records behind the end of the
     /// partition, from the committed offset, as librdkafka last reported
-    /// it); and `nereid_kafka_consumer_up` (joined to its group and
-    /// reaching a broker).
+    /// it), `nereid_kafka_offsets_skipped_total` (offsets the broker
+    /// skipped even in a read from before them) and
+    /// `nereid_kafka_rereads_total` (reads started again from before
+    /// skipped offsets); and `nereid_kafka_consumer_up` (joined to its
+    /// group and reaching a broker).
     pub fn families(&self) -> Vec<Family> {
         type Read = fn(&RouteSnapshot) -> u64;
         let counters: [(&'static str, &'static str, Read); 3] = [
@@ -152,12 +209,28 @@ impl Snapshot {
             ];
             lag.add(labels, *behind as f64);
         }
+        let mut skipped = Family::counter(
+            "nereid_kafka_offsets_skipped_total",
+            "Kafka offsets the broker skipped even in a read from before them, accounted for and never read, by topic and partition",
+        );
+        let mut rereads = Family::counter(
+            "nereid_kafka_rereads_total",
+            "Kafka reads started again from before offsets the broker skipped, by topic and partition",
+        );
+        for (topic, partition, counts) in &self.gaps {
+            let labels = vec![
+                ("topic", topic.clone()),
+                ("partition", partition.to_string()),
+            ];
+            skipped.add(labels.clone(), counts.skipped as f64);
+            rereads.add(labels, counts.rereads as f64);
+        }
         let mut up = Family::gauge(
             "nereid_kafka_consumer_up",
             "Whether the Kafka consumer has joined its group and reaches a broker (1) or not (0)",
         );
         up.add(Vec::new(), f64::from(u8::from(self.consumer_up)));
-        families.extend([lag, up]);
+        families.extend([lag, skipped, rereads, up]);
         families
     }
 }
@@ -176,6 +249,14 @@ mod tests {
                 dead_lettered: 1,
             }],
             lag: vec![("in".into(), 3, 12)],
+            gaps: vec![(
+                "in".into(),
+                3,
+                GapCounts {
+                    skipped: 6,
+                    rereads: 2,
+                },
+            )],
             consumer_up: true,
         };
         let mut text = String::new();
@@ -185,6 +266,8 @@ mod tests {
             r#"nereid_kafka_records_failed_total{topic="in"} 2"#,
             r#"nereid_kafka_records_dead_lettered_total{topic="in"} 1"#,
             r#"nereid_kafka_consumer_lag{topic="in",partition="3"} 12"#,
+            r#"nereid_kafka_offsets_skipped_total{topic="in",partition="3"} 6"#,
+            r#"nereid_kafka_rereads_total{topic="in",partition="3"} 2"#,
             "nereid_kafka_consumer_up 1",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");

@@ -2,7 +2,7 @@ use nereid_core::model_config::{DataType as ConfigType, ModelInput};
 use nereid_core::{Parameters, Tensor};
 
 use super::*;
-use crate::config::{Ordering, OutputPartition};
+use crate::config::{OnGap, Ordering, OutputPartition};
 
 fn route(format: Format) -> Route {
     Route {
@@ -14,6 +14,7 @@ fn route(format: Format) -> Route {
         format,
         ordering: Ordering::Partition,
         output_partition: OutputPartition::Key,
+        on_gap: OnGap::DeadLetter,
     }
 }
 
@@ -209,5 +210,31 @@ fn dead_letters_say_what_failed_and_where_the_record_was() {
             header(SOURCE_PARTITION_HEADER, "3"),
             header(SOURCE_OFFSET_HEADER, "41"),
         ]
+    );
+}
+
+#[test]
+fn a_gap_letter_names_the_missing_range() {
+    let letter = gap_letter(&route(Format::Kserve), "in", 2, 64, 69);
+    assert!(letter.dead_letter);
+    assert_eq!(letter.topic, "dlq");
+    assert!(letter.payload.is_empty() && letter.key.is_none());
+    let text = |name: &str| {
+        let (_, value) = letter
+            .headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        String::from_utf8(value.clone().unwrap_or_default().to_vec()).unwrap_or_default()
+    };
+    assert_eq!(text(STAGE_HEADER), "fetch");
+    assert_eq!(text(SOURCE_TOPIC_HEADER), "in");
+    assert_eq!(text(SOURCE_PARTITION_HEADER), "2");
+    assert_eq!(text(SOURCE_OFFSET_HEADER), "64");
+    assert_eq!(text(SOURCE_LAST_OFFSET_HEADER), "69");
+    assert!(
+        text(ERROR_HEADER).contains("64 to 69"),
+        "{}",
+        text(ERROR_HEADER)
     );
 }
