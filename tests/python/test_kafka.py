@@ -367,3 +367,93 @@ def test_without_a_broker_nereid_is_live_but_not_ready(tmp_path):
     finally:
         assert stop_server(server) == 0, server.log()
         broker.stop()
+
+
+def gap_counts(server, partitions: int) -> tuple[float, float]:
+    """(offsets skipped, reads started again) over the partitions of `in`."""
+    values = metric_values(server)
+    skipped = sum(values.get(f'nereid_kafka_offsets_skipped_total{{topic="in",partition="{p}"}}', 0)
+                  for p in range(partitions))
+    rereads = sum(values.get(f'nereid_kafka_rereads_total{{topic="in",partition="{p}"}}', 0)
+                  for p in range(partitions))
+    return skipped, rereads
+
+
+def test_a_backlog_in_many_record_batches_is_answered_whole_without_stalling(broker, tmp_path):
+    # librdkafka's own batching (docs/streaming.md's producer): batches of
+    # hundreds of records. Each pause at 64 in flight resumes inside one,
+    # where tansu 0.6.0 serves the next batch, or nothing after the last:
+    # Nereid reads again from before and loses nothing.
+    n = 2000
+    broker.create_topics({"in": 2, "out": 2, "dead-letters": 1})
+    produce(broker.bootstrap, "in", [{**simple_record(i), "partition": i % 2} for i in range(n)],
+            batched=True)
+    server = start_nereid(tmp_path, config_text(broker, "g", [SIMPLE]))
+    try:
+        out = read(broker.bootstrap, "out", all_keys(n), timeout=180)
+        assert report(out.keys(), n, "many-record batches") == 0
+
+        def caught_up():
+            values = metric_values(server)
+            return all(values.get(f'nereid_kafka_consumer_lag{{topic="in",partition="{p}"}}') == 0
+                       for p in (0, 1))
+        wait_for(caught_up, 60, "a lag of 0 on both partitions")
+        skipped, rereads = gap_counts(server, 2)
+        print(f"many-record batches: {rereads} reads again, {skipped} offsets skipped")
+        assert skipped == 0
+        assert rereads > 0, "no read from inside a batch: nothing was tested"
+        assert record_count(broker.bootstrap, "dead-letters", 1) == 0
+    finally:
+        assert stop_server(server) == 0, server.log()
+
+
+def test_a_killed_nereid_loses_nothing_of_many_record_batches(broker, tmp_path):
+    # The committed position after a kill is inside a batch too.
+    n = 2000
+    broker.create_topics({"in": 2, "out": 2, "dead-letters": 1})
+    config = config_text(broker, "g", [SIMPLE])
+    records = [{**simple_record(i), "partition": i % 2} for i in range(n)]
+    produce(broker.bootstrap, "in", records, batched=True)
+    server = start_nereid(tmp_path, config)
+    processed = 'nereid_kafka_records_processed_total{topic="in"}'
+    wait_for(lambda: metric_values(server).get(processed, 0) > 300, 120, "records processed")
+    server.process.send_signal(signal.SIGKILL)
+    server.process.wait()
+    positions = committed(broker.bootstrap, "g", "in", 2)
+    assert sum(p for p in positions if p >= 0) < n, "the kill came after the last commit"
+    time.sleep(SESSION_TIMEOUT_S + 2)
+    again = start_nereid(tmp_path, config, name="again")
+    try:
+        out = read(broker.bootstrap, "out", all_keys(n), timeout=180)
+        assert report(out.keys(), n, "SIGKILL amid many-record batches") == 0
+        assert gap_counts(again, 2)[0] == 0
+        assert record_count(broker.bootstrap, "dead-letters", 1) == 0
+    finally:
+        assert stop_server(again) == 0, again.log()
+
+
+def test_on_gap_skip_counts_what_the_broker_skips(broker, tmp_path):
+    # on_gap = "skip" (compacted topics) reads nothing again: against
+    # tansu, every record not answered is counted as skipped and logged.
+    n = 1000
+    broker.create_topics({"in": 1, "out": 1, "dead-letters": 1})
+    produce(broker.bootstrap, "in", [simple_record(i) for i in range(n)], batched=True)
+    route = {**SIMPLE, "on_gap": "skip"}
+    server = start_nereid(tmp_path, config_text(broker, "g", [route]))
+    try:
+        def settled():
+            values = metric_values(server)
+            done = values.get('nereid_kafka_records_processed_total{topic="in"}', 0)
+            return done + gap_counts(server, 1)[0] >= n or "serves no record" in server.log()
+        wait_for(settled, 120, "every offset answered or skipped, or the stall said")
+        values = metric_values(server)
+        done = values['nereid_kafka_records_processed_total{topic="in"}']
+        skipped, rereads = gap_counts(server, 1)
+        print(f"on_gap = skip: {done} answered, {skipped} skipped, {rereads} reads again")
+        assert rereads == 0
+        if done + skipped < n:
+            assert "serves no record from offset" in server.log()
+        else:
+            assert done + skipped == n
+    finally:
+        assert stop_server(server) == 0, server.log()
