@@ -22,7 +22,7 @@ use crate::pipeline::Shared;
 pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(250);
 /// A partition with records left that serves none for this long, and for
 /// four of the consumer's fetch waits, is read again.
-const QUIET_MIN: Duration = Duration::from_millis(500);
+const QUIET_MIN: Duration = Duration::from_millis(200);
 const SEEK_TIMEOUT: Duration = Duration::from_secs(5);
 const COMMITTED_TIMEOUT: Duration = Duration::from_secs(10);
 
