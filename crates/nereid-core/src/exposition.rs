@@ -10,6 +10,9 @@ use std::fmt::Write as _;
 pub enum Kind {
     Counter,
     Gauge,
+    /// Series `_bucket` (with `le`), `_sum` and `_count`, each a suffix
+    /// of the family's name.
+    Histogram,
 }
 
 /// One metric family and its series.
@@ -24,6 +27,9 @@ pub struct Family {
 /// One series: its labels, in order, and its value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
+    /// What follows the family's name (a histogram's `_bucket`, `_sum`,
+    /// `_count`); empty otherwise.
+    pub suffix: &'static str,
     pub labels: Vec<(&'static str, String)>,
     pub value: f64,
 }
@@ -47,9 +53,62 @@ impl Family {
         }
     }
 
+    pub fn histogram(name: &'static str, help: &'static str) -> Family {
+        Family {
+            name,
+            help,
+            kind: Kind::Histogram,
+            series: Vec::new(),
+        }
+    }
+
     /// Adds a series labelled `labels`.
     pub fn add(&mut self, labels: Vec<(&'static str, String)>, value: f64) {
-        self.series.push(Series { labels, value });
+        self.series.push(Series {
+            suffix: "",
+            labels,
+            value,
+        });
+    }
+
+    /// Adds one histogram labelled `labels`: `buckets` are the upper
+    /// bounds and the observations at or under each (not cumulated yet);
+    /// the `+Inf` bucket is `count`.
+    pub fn add_histogram(
+        &mut self,
+        labels: Vec<(&'static str, String)>,
+        buckets: &[(f64, u64)],
+        sum: f64,
+        count: u64,
+    ) {
+        let mut cumulated = 0;
+        for &(bound, observed) in buckets {
+            cumulated += observed;
+            let mut with_le = labels.clone();
+            with_le.push(("le", number(bound)));
+            self.series.push(Series {
+                suffix: "_bucket",
+                labels: with_le,
+                value: cumulated as f64,
+            });
+        }
+        let mut with_le = labels.clone();
+        with_le.push(("le", "+Inf".to_string()));
+        self.series.push(Series {
+            suffix: "_bucket",
+            labels: with_le,
+            value: count as f64,
+        });
+        self.series.push(Series {
+            suffix: "_sum",
+            labels: labels.clone(),
+            value: sum,
+        });
+        self.series.push(Series {
+            suffix: "_count",
+            labels,
+            value: count as f64,
+        });
     }
 
     /// Adds a series labelled with a model and version, as Triton's
@@ -70,11 +129,13 @@ pub fn render(families: &[Family], out: &mut String) {
         let kind = match family.kind {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
         };
         let _ = writeln!(out, "# HELP {} {}", family.name, family.help);
         let _ = writeln!(out, "# TYPE {} {kind}", family.name);
         for series in &family.series {
             out.push_str(family.name);
+            out.push_str(series.suffix);
             if !series.labels.is_empty() {
                 out.push('{');
                 for (i, (name, value)) in series.labels.iter().enumerate() {
@@ -135,6 +196,28 @@ mod tests {
              # HELP x_up Whether it is up\n# TYPE x_up gauge\nx_up 1\n\n\
              # HELP x_ratio A share\n# TYPE x_ratio gauge\nx_ratio{model=\"m\",version=\"2\"} 0.25\n\n\
              # HELP x_label Odd labels\n# TYPE x_label gauge\nx_label{name=\"a\\\"b\\\\c\\nd\"} +Inf\n\n"
+        );
+    }
+
+    #[test]
+    fn a_histogram_renders_cumulated_buckets_sum_and_count() {
+        let mut seconds = Family::histogram("x_seconds", "How long");
+        seconds.add_histogram(
+            vec![("cause", "demand".into())],
+            &[(0.05, 2), (0.5, 1)],
+            0.4,
+            4,
+        );
+        let mut out = String::new();
+        render(&[seconds], &mut out);
+        assert_eq!(
+            out,
+            "# HELP x_seconds How long\n# TYPE x_seconds histogram\n\
+             x_seconds_bucket{cause=\"demand\",le=\"0.05\"} 2\n\
+             x_seconds_bucket{cause=\"demand\",le=\"0.5\"} 3\n\
+             x_seconds_bucket{cause=\"demand\",le=\"+Inf\"} 4\n\
+             x_seconds_sum{cause=\"demand\"} 0.4\n\
+             x_seconds_count{cause=\"demand\"} 4\n\n"
         );
     }
 }
