@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use nereid_core::{Backend, Error};
 use nereid_repository::Repository;
+use nereid_residency::LoadCause;
 use parking_lot::{Mutex, RwLock};
 
 use crate::handle::{Engine, Inner, Links};
@@ -18,6 +19,22 @@ use crate::shared_memory::SharedMemoryRegistry;
 use crate::source::{self, Source};
 use crate::traffic::Traffic;
 use crate::watcher;
+
+/// Residency's state, made for the engine's options: the host measured
+/// from /proc, GPUs from the device layer.
+fn residency(options: &EngineOptions, control: &ModelControl) -> nereid_residency::Residency {
+    if control.mode == ControlMode::OnDemand || !control.residency.budget.is_empty() {
+        crate::memory::map_large_blocks();
+    }
+    let devices = options.devices.clone();
+    let meter = nereid_residency::ProcessMemory::new(move |id| {
+        devices
+            .gpu(id)
+            .and_then(|gpu| devices.sample(gpu))
+            .and_then(|sample| sample.memory_used_bytes)
+    });
+    nereid_residency::Residency::new(control.residency.clone(), Arc::new(meter))
+}
 
 /// What Triton answers to a load or unload outside explicit model control.
 const NOT_EXPLICIT: &str = "explicit model load / unload is not allowed if polling is enabled";
@@ -41,6 +58,7 @@ impl Engine {
             .as_ref()
             .map(nereid_cache::ResponseCache::new);
         let shared_memory = SharedMemoryRegistry::new(options.devices.clone());
+        let residency = residency(&options, &control);
         Engine {
             inner: Arc::new(Inner {
                 options,
@@ -56,6 +74,7 @@ impl Engine {
                 links: Mutex::new(Links::default()),
                 runtime: tokio::runtime::Handle::try_current().ok(),
                 started: AtomicBool::new(false),
+                residency,
                 ready_once: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
                 in_flight: Arc::new(AtomicUsize::new(0)),
@@ -90,7 +109,10 @@ impl Engine {
             .iter()
             .filter_map(|d| Some((d.name.clone(), watcher::fingerprint_entry(d).ok()?)))
             .collect();
-        failures.extend(self.load_many(dirs.into_iter().map(Source::repository).collect()));
+        failures.extend(self.load_many(
+            dirs.into_iter().map(Source::repository).collect(),
+            LoadCause::Startup,
+        ));
         self.inner.started.store(true, Ordering::SeqCst);
         if self.control_mode() == ControlMode::Poll && !self.inner.stopping.load(Ordering::SeqCst) {
             *self.inner.watcher.lock() = watcher::start(&self.inner, applied);
@@ -105,7 +127,7 @@ impl Engine {
         dirs: Vec<nereid_repository::ModelEntry>,
     ) -> (Vec<nereid_repository::ModelEntry>, Vec<LoadFailure>) {
         let wanted = &self.inner.control.startup_models;
-        if self.control_mode() != ControlMode::Explicit || wanted.iter().any(|m| m == "*") {
+        if !self.control_mode().takes_api_loads() || wanted.iter().any(|m| m == "*") {
             return (dirs, Vec::new());
         }
         let missing = wanted
@@ -145,12 +167,15 @@ impl Engine {
             {
                 return engine.update_traffic_now(&name, update).map(drop);
             }
-            let found = engine.find_model(&name)?;
-            let source = source::for_request(&name, request, found)?;
-            // As Triton: an ensemble's composing models load with it.
-            engine.load_composing(&source, &mut vec![name.clone()]);
-            engine.inner.links.lock().loaded_explicitly(&name);
-            engine.sync_model(source, true)?;
+            engine.inner.residency.forget_failure(&name);
+            engine.measured_load(&name, LoadCause::Api, || {
+                let found = engine.find_model(&name)?;
+                let source = source::for_request(&name, request, found)?;
+                // As Triton: an ensemble's composing models load with it.
+                engine.load_composing(&source, &mut vec![name.clone()]);
+                engine.inner.links.lock().loaded_explicitly(&name);
+                engine.sync_model(source, true)
+            })?;
             engine.reload_forced_dependents(&name);
             if let Some(update) = &traffic {
                 engine.update_traffic_now(&name, update)?;
@@ -186,7 +211,7 @@ impl Engine {
     }
 
     fn require_explicit(&self) -> Result<(), Error> {
-        if self.control_mode() == ControlMode::Explicit {
+        if self.control_mode().takes_api_loads() {
             Ok(())
         } else {
             Err(Error::unavailable(NOT_EXPLICIT))
@@ -198,12 +223,7 @@ impl Engine {
         name: &str,
     ) -> Result<Option<nereid_repository::ModelEntry>, Error> {
         self.refresh_for_load(name)?;
-        let dirs = self
-            .inner
-            .repository
-            .scan()
-            .map_err(|e| Error::internal(format!("cannot read the model repository: {e}")))?;
-        Ok(dirs.into_iter().find(|d| d.name == name))
+        Ok(self.inner.repository.entry(name))
     }
 
     pub fn begin_shutdown(&self) {

@@ -51,6 +51,8 @@ pub(crate) struct Inner {
     /// Which models ensembles loaded or unloaded on their own account.
     pub(crate) links: Mutex<Links>,
     pub(crate) started: AtomicBool,
+    /// Loads on demand, the memory budget, eviction.
+    pub(crate) residency: nereid_residency::Residency,
     /// The server has been ready once (what `Readiness::Startup` asks).
     pub(crate) ready_once: AtomicBool,
     pub(crate) stopping: AtomicBool,

@@ -21,6 +21,7 @@ use crate::options::LoadFailure;
 use crate::plan::{Plan, Serving, Target, plan, same_config};
 use crate::registry::{ModelEntry, UNLOADED, VersionEntry};
 use crate::source::Source;
+use nereid_residency::LoadCause;
 
 /// The outcome of loading one version.
 type Loaded = Result<(LoadedVersion, Option<u64>), Error>;
@@ -162,12 +163,19 @@ impl Engine {
     /// that an ensemble is checked against composing models already
     /// loaded. Ensembles that failed earlier and use one of the models
     /// loaded now are tried again, as Triton re-checks dependents.
-    pub(crate) fn load_many(&self, sources: Vec<Source>) -> Vec<LoadFailure> {
+    pub(crate) fn load_many(&self, sources: Vec<Source>, cause: LoadCause) -> Vec<LoadFailure> {
+        let names: Vec<String> = sources.iter().map(|s| s.name().to_string()).collect();
+        let failures = self.load_many_timed(sources, cause);
+        self.settle_parallel_footprints(&names, cause);
+        failures
+    }
+
+    fn load_many_timed(&self, sources: Vec<Source>, cause: LoadCause) -> Vec<LoadFailure> {
         let (mut ensembles, models): (Vec<Source>, Vec<Source>) = sources
             .into_iter()
             .partition(|s| self.source_is_ensemble(s));
         let loaded: Vec<String> = models.iter().map(|s| s.name().to_string()).collect();
-        let mut failures = self.load_parallel(models);
+        let mut failures = self.load_parallel(models, cause);
         ensembles.extend(self.failed_dependents(&loaded, &ensembles));
         while !ensembles.is_empty() {
             let names: Vec<String> = ensembles.iter().map(|s| s.name().to_string()).collect();
@@ -188,24 +196,26 @@ impl Engine {
             } else {
                 ensembles = later;
             }
-            failures.extend(self.load_parallel(now));
+            failures.extend(self.load_parallel(now, cause));
         }
         failures.sort_by(|a, b| a.model.cmp(&b.model));
         failures
     }
 
-    fn load_parallel(&self, sources: Vec<Source>) -> Vec<LoadFailure> {
+    fn load_parallel(&self, sources: Vec<Source>, cause: LoadCause) -> Vec<LoadFailure> {
         let failures = parking_lot::Mutex::new(Vec::new());
         std::thread::scope(|scope| {
             for source in sources {
                 let failures = &failures;
                 scope.spawn(move || {
                     let model = source.name().to_string();
-                    if let Err(e) = self.sync_model(source, false) {
-                        failures.lock().push(LoadFailure {
+                    let started = std::time::Instant::now();
+                    match self.sync_model(source, false) {
+                        Ok(()) => self.inner.residency.loaded(cause, started.elapsed()),
+                        Err(e) => failures.lock().push(LoadFailure {
                             model,
                             reason: e.message().to_string(),
-                        });
+                        }),
                     }
                 });
             }

@@ -40,6 +40,8 @@ pub struct LoadedVersion {
     /// The model's folder (a cloud repository's local copy), whose own
     /// files a frontend may read ([`crate::Engine::model_file`]).
     pub folder: std::path::PathBuf,
+    /// What it holds, when it last ran, whether it may be evicted.
+    pub(crate) footprint: crate::resident::Footprint,
     runner: Runner,
 }
 
@@ -140,6 +142,7 @@ impl LoadedVersion {
                 self.config.name
             )));
         }
+        let _active = self.footprint.enter();
         let Some(trace) = request.trace.clone() else {
             return self.serve(request).await;
         };
@@ -217,6 +220,9 @@ impl LoadedVersion {
         &self,
         request: InferRequest,
     ) -> Result<mpsc::UnboundedReceiver<Streamed>, Error> {
+        // A stream counts as use when it starts; it is not held in flight
+        // (an unload lets its requests finish anyway).
+        drop(self.footprint.enter());
         let enqueued = Instant::now();
         if let Some(trace) = &request.trace {
             trace.set_model(&self.config.name, self.version, &request.id);

@@ -38,6 +38,17 @@ pub enum ControlMode {
     Poll,
     /// Load only the startup models; the repository API loads and unloads.
     Explicit,
+    /// Nereid's: explicit, and a request for a model in the repository
+    /// that is not loaded loads it (see `nereid_residency`).
+    OnDemand,
+}
+
+impl ControlMode {
+    /// Whether the repository API may load and unload (explicit and
+    /// on-demand control).
+    pub fn takes_api_loads(self) -> bool {
+        matches!(self, ControlMode::Explicit | ControlMode::OnDemand)
+    }
 }
 
 /// How the engine finds and treats models.
@@ -70,6 +81,8 @@ pub struct ModelControl {
     /// the file watcher reported. Zero turns following the repository
     /// off, as in tritonserver.
     pub poll_interval: Duration,
+    /// Loads on demand, the memory budget, pinning.
+    pub residency: nereid_residency::Options,
 }
 
 impl Default for ModelControl {
@@ -78,6 +91,7 @@ impl Default for ModelControl {
             mode: ControlMode::None,
             startup_models: Vec::new(),
             poll_interval: Duration::from_secs(15),
+            residency: nereid_residency::Options::default(),
         }
     }
 }

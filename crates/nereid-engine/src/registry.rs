@@ -138,6 +138,8 @@ pub struct IndexEntry {
     pub reason: String,
     /// The version labels that name this version (Nereid's).
     pub labels: Vec<String>,
+    /// The memory a loaded version holds, as measured (Nereid's).
+    pub memory_bytes: Option<u64>,
 }
 
 /// Every model by name.
@@ -256,6 +258,11 @@ impl Registry {
         }
     }
 
+    /// Whether some version of `name` serves requests.
+    pub fn serves(&self, name: &str) -> bool {
+        self.models.get(name).is_some_and(ModelEntry::serving)
+    }
+
     /// Whether `name` (at `version`, or any version) is ready.
     pub fn is_ready(&self, name: &str, version: Option<i64>) -> bool {
         self.resolve(name, version).is_ok()
@@ -302,6 +309,7 @@ impl Registry {
                     state: Some(ModelState::Unavailable),
                     reason: reason.clone(),
                     labels: Vec::new(),
+                    memory_bytes: None,
                 });
             }
             for (&version, v) in &model.versions {
@@ -316,6 +324,7 @@ impl Registry {
                     state: Some(state),
                     reason,
                     labels: Vec::new(),
+                    memory_bytes: v.loaded.as_ref().map(|l| l.memory_bytes()),
                 });
             }
         }

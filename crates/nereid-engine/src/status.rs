@@ -229,6 +229,7 @@ impl Engine {
                     state: None,
                     reason: String::new(),
                     labels: Vec::new(),
+                    memory_bytes: None,
                 }),
         );
         drop(registry);

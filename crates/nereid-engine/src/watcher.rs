@@ -228,7 +228,7 @@ fn pass(engine: &Engine, tracker: &mut ChangeTracker, all: bool, mut names: BTre
         }
     }
     // Failures are logged and shown in the index.
-    let _ = engine.load_many(changed);
+    let _ = engine.load_many(changed, nereid_residency::LoadCause::Poll);
     for (name, _, fingerprint) in settled {
         tracker.applied(&name, fingerprint);
     }

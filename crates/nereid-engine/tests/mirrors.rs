@@ -100,6 +100,7 @@ fn engine(mirror: &Arc<FakeMirror>, mode: ControlMode, startup: &[&str]) -> Engi
         mode,
         startup_models: startup.iter().map(|s| s.to_string()).collect(),
         poll_interval: Duration::from_secs(1),
+        ..Default::default()
     };
     Engine::with_model_control(options, control, vec![Arc::new(backend)])
 }

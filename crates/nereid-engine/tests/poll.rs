@@ -30,6 +30,7 @@ fn poll_engine(root: &Path) -> Engine {
         mode: ControlMode::Poll,
         startup_models: Vec::new(),
         poll_interval: Duration::from_secs(1),
+        ..Default::default()
     };
     let engine = Engine::with_model_control(options, control, vec![Arc::new(backend)]);
     assert!(engine.load_all().unwrap().is_empty());

@@ -120,6 +120,7 @@ pub fn repository_index(entries: Vec<IndexEntry>, ready_only: bool) -> Repositor
                 .to_string(),
             reason: e.reason,
             labels: e.labels,
+            memory_bytes: e.memory_bytes.unwrap_or_default(),
         })
         .collect();
     RepositoryIndexResponse { models }
@@ -224,6 +225,7 @@ mod tests {
                 state: Some(ModelState::Unavailable),
                 reason: "bad config".into(),
                 labels: Vec::new(),
+                memory_bytes: None,
             },
             IndexEntry {
                 name: "not_loaded".into(),
@@ -231,6 +233,7 @@ mod tests {
                 state: None,
                 reason: String::new(),
                 labels: Vec::new(),
+                memory_bytes: None,
             },
             IndexEntry {
                 name: "simple".into(),
@@ -238,6 +241,7 @@ mod tests {
                 state: Some(ModelState::Ready),
                 reason: String::new(),
                 labels: vec!["stable".into()],
+                memory_bytes: None,
             },
         ];
         let all = repository_index(entries.clone(), false);

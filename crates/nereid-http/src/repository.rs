@@ -35,6 +35,9 @@ struct IndexRow {
     /// Nereid's version labels naming this version.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     labels: Vec<String>,
+    /// Nereid's: what a loaded version holds, as measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory_bytes: Option<u64>,
 }
 
 /// A load or unload body: `{"parameters": {...}}`, all optional.
@@ -57,6 +60,7 @@ pub async fn index(State(engine): State<Engine>, body: Bytes) -> Result<Response
             state: row.state.map(ModelState::as_str),
             reason: row.reason,
             labels: row.labels,
+            memory_bytes: row.memory_bytes,
         })
         .collect();
     Ok(Json(rows).into_response())

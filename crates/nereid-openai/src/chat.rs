@@ -20,7 +20,7 @@ use super::{OpenAi, Reply, parse};
 
 pub async fn create(State(state): State<OpenAi>, body: Bytes) -> Result<Response, ApiError> {
     let request: ChatRequest = parse(&body)?;
-    let model = resolve(&state, &request.model, Use::Generate)?;
+    let model = resolve(&state, &request.model, Use::Generate).await?;
     refuse_unsupported(&request)?;
     let messages = template_messages(&request.messages)?;
     let template = ChatTemplate::of_model(|file| {

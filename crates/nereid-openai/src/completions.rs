@@ -15,7 +15,7 @@ use super::{OpenAi, Reply, parse};
 
 pub async fn create(State(state): State<OpenAi>, body: Bytes) -> Result<Response, ApiError> {
     let request: CompletionRequest = parse(&body)?;
-    let model = resolve(&state, &request.model, Use::Generate)?;
+    let model = resolve(&state, &request.model, Use::Generate).await?;
     let generation = generation(&request)?;
     let answer = state.infer(generation.request(&model.config)?).await?;
     let reply = Reply::new("cmpl", request.model);

@@ -32,7 +32,7 @@ pub async fn create(
     body: Bytes,
 ) -> Result<Json<EmbeddingList>, ApiError> {
     let request: EmbeddingRequest = parse(&body)?;
-    let model = resolve(&state, &request.model, Use::Embed)?;
+    let model = resolve(&state, &request.model, Use::Embed).await?;
     let base64 = match request.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,

@@ -74,8 +74,18 @@ impl Use {
     }
 }
 
-/// The ready version of `name`, when it fits `use_`; otherwise why not.
-pub fn resolve(state: &OpenAi, name: &str, use_: Use) -> Result<Arc<LoadedVersion>, ApiError> {
+/// The ready version of `name` (loaded first in on-demand model
+/// control), when it fits `use_`; otherwise why not.
+pub async fn resolve(
+    state: &OpenAi,
+    name: &str,
+    use_: Use,
+) -> Result<Arc<LoadedVersion>, ApiError> {
+    state
+        .engine
+        .load_on_request(name, None)
+        .await
+        .map_err(|e| ApiError::engine(&e))?;
     let model = served(state, name)?;
     if use_.fits(&model.config) {
         Ok(model)

@@ -137,6 +137,26 @@ impl Repository {
             .collect())
     }
 
+    /// The model folder named `name`, as [`Repository::scan`] would list
+    /// it, without listing the roots: a name that is not a plain folder
+    /// name (a path, hidden) is none.
+    pub fn entry(&self, name: &str) -> Option<ModelEntry> {
+        if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\', '\0']) {
+            return None;
+        }
+        let mut paths = self
+            .roots
+            .iter()
+            .map(|root| root.join(name))
+            .filter(|path| path.is_dir());
+        let path = paths.next()?;
+        Some(ModelEntry {
+            name: name.to_string(),
+            path,
+            duplicates: paths.collect(),
+        })
+    }
+
     /// Reads, autofills, defaults and validates one model's config and
     /// resolves its versions. Any failure is this model's alone.
     pub fn resolve(

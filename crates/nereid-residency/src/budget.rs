@@ -127,9 +127,17 @@ mod tests {
 
     #[test]
     fn a_bad_budget_says_what_is_wrong() {
-        assert!(parse(&["lots"]).unwrap_err().contains("not a size in bytes"));
+        assert!(
+            parse(&["lots"])
+                .unwrap_err()
+                .contains("not a size in bytes")
+        );
         assert!(parse(&["x:1G"]).unwrap_err().contains("not a GPU number"));
-        assert!(parse(&["1G", "2G"]).unwrap_err().contains("host budget twice"));
+        assert!(
+            parse(&["1G", "2G"])
+                .unwrap_err()
+                .contains("host budget twice")
+        );
         assert!(parse(&["1T"]).is_err());
     }
 

@@ -13,6 +13,9 @@ use crate::{Models, Resident};
 /// instances drop once their queues close, then the allocator trims.
 const SETTLE: Duration = Duration::from_secs(2);
 const SETTLE_STEP: Duration = Duration::from_millis(20);
+/// How long the figure must stay put to count as settled; longer than the
+/// engine's janitor takes to trim after the instances drop.
+const STEADY: Duration = Duration::from_millis(400);
 
 /// The version to unload next at `place`, sparing `loading` (the model
 /// that needs the room).
@@ -21,11 +24,19 @@ pub(crate) fn least_recent<'a>(
     place: Place,
     loading: Option<&str>,
 ) -> Option<&'a Resident> {
+    evictable(resident, place, loading).min_by_key(|r| r.last_used)
+}
+
+/// The versions at `place` that may be evicted for `loading`.
+fn evictable<'a>(
+    resident: &'a [Resident],
+    place: Place,
+    loading: Option<&str>,
+) -> impl Iterator<Item = &'a Resident> {
     resident
         .iter()
-        .filter(|r| r.place == place && !r.pinned && r.in_flight == 0)
-        .filter(|r| Some(r.model.as_str()) != loading)
-        .min_by_key(|r| r.last_used)
+        .filter(move |r| r.place == place && !r.pinned && r.in_flight == 0)
+        .filter(move |r| Some(r.model.as_str()) != loading)
 }
 
 /// What one pass of eviction did.
@@ -54,7 +65,11 @@ pub(crate) fn make_room(
             return Ok(evicted);
         }
         let resident = models.resident();
-        let Some(victim) = least_recent(&resident, place, loading) else {
+        // Evicting is pointless when all that could go would not do.
+        let reclaimable: u64 = evictable(&resident, place, loading).map(|r| r.bytes).sum();
+        let victim = least_recent(&resident, place, loading);
+        let Some(victim) = victim.filter(|_| used.saturating_add(need) <= limit + reclaimable)
+        else {
             let error = cannot_fit(loading, place, limit, used, need);
             return Err((evicted, error));
         };
@@ -66,13 +81,26 @@ pub(crate) fn make_room(
     }
 }
 
-/// Waits until the memory an eviction freed shows at `place` (half of
-/// what the version held, as the allocator keeps some), or [`SETTLE`].
+/// Waits until the memory an eviction freed shows at `place`: nine tenths
+/// of what the version held, or the figure has stopped falling (the
+/// allocator keeps some; it returns the rest a moment after the instances
+/// are gone), or [`SETTLE`] has passed.
 fn settle(meter: &dyn Meter, place: Place, before: u64, freed: u64) {
-    let deadline = Instant::now() + SETTLE;
-    let target = before.saturating_sub(freed / 2);
-    while Instant::now() < deadline {
-        if meter.used(place).is_none_or(|used| used <= target) {
+    let started = Instant::now();
+    let target = before.saturating_sub(freed / 10 * 9);
+    let mut last = before;
+    let mut steady_since = started;
+    while started.elapsed() < SETTLE {
+        let Some(used) = meter.used(place) else {
+            return;
+        };
+        if used <= target {
+            return;
+        }
+        if used < last {
+            last = used;
+            steady_since = Instant::now();
+        } else if started.elapsed() >= STEADY && steady_since.elapsed() >= STEADY {
             return;
         }
         std::thread::sleep(SETTLE_STEP);
@@ -160,26 +188,54 @@ mod tests {
         pinned.pinned = true;
         let mut gpu = resident("gpu", 80, 10);
         gpu.place = Place::Gpu(0);
-        let all = vec![busy, pinned, gpu, resident("old", 50, 10), resident("new", 1, 10)];
+        let all = vec![
+            busy,
+            pinned,
+            gpu,
+            resident("old", 50, 10),
+            resident("new", 1, 10),
+        ];
         assert_eq!(least_recent(&all, Place::Host, None).unwrap().model, "old");
-        assert_eq!(least_recent(&all, Place::Host, Some("old")).unwrap().model, "new");
-        assert_eq!(least_recent(&all, Place::Gpu(0), None).unwrap().model, "gpu");
+        assert_eq!(
+            least_recent(&all, Place::Host, Some("old")).unwrap().model,
+            "new"
+        );
+        assert_eq!(
+            least_recent(&all, Place::Gpu(0), None).unwrap().model,
+            "gpu"
+        );
         assert!(least_recent(&all, Place::Gpu(1), None).is_none());
     }
 
     #[test]
     fn room_is_made_oldest_first_and_only_as_much_as_needed() {
         let fake = Fake::with(
-            vec![resident("a", 30, 40), resident("b", 20, 40), resident("c", 10, 40)],
+            vec![
+                resident("a", 30, 40),
+                resident("b", 20, 40),
+                resident("c", 10, 40),
+            ],
             20,
         );
         let evicted = make_room(&*fake, &*fake, Place::Host, 160, 50, Some("new")).unwrap();
         assert_eq!(evicted.models, ["a"], "20 + 80 + 50 fits in 160");
-        let evicted = make_room(&*fake, &*fake, Place::Host, 160, 200, Some("new"))
-            .unwrap_err();
-        assert_eq!(evicted.0.models, ["b", "c"]);
+        let evicted = make_room(&*fake, &*fake, Place::Host, 160, 200, Some("new")).unwrap_err();
+        assert!(
+            evicted.0.models.is_empty(),
+            "nothing goes for a load that cannot fit"
+        );
+        let evicted = make_room(&*fake, &*fake, Place::Host, 160, 100, Some("new")).unwrap();
+        assert_eq!(evicted.models, ["b"], "20 + 40 + 100 fits in 160");
+        let evicted = make_room(&*fake, &*fake, Place::Host, 160, 141, Some("new")).unwrap_err();
+        assert!(evicted.0.models.is_empty(), "20 + 141 cannot fit");
+        let evicted = make_room(&*fake, &*fake, Place::Host, 160, 140, Some("new")).unwrap();
+        assert_eq!(evicted.models, ["c"], "20 + 140 fits once c is gone");
+        let evicted = make_room(&*fake, &*fake, Place::Host, 160, 200, Some("new")).unwrap_err();
         let message = evicted.1.message().to_string();
-        assert!(message.contains("model 'new' needs about 200 bytes"), "{message}");
+        assert!(
+            message.contains("model 'new' needs about 200 bytes"),
+            "{message}"
+        );
         assert!(message.contains("budget of 160 bytes"), "{message}");
     }
 }

@@ -219,7 +219,10 @@ mod tests {
         let results = futures::future::join_all(waits).await;
         assert_eq!(loads.load(Ordering::SeqCst), 1);
         assert_eq!(
-            results.iter().filter(|r| **r == Ok(Waited::Started)).count(),
+            results
+                .iter()
+                .filter(|r| **r == Ok(Waited::Started))
+                .count(),
             1
         );
         assert!(results.iter().all(Result::is_ok));
@@ -236,13 +239,19 @@ mod tests {
             .collect();
         for result in futures::future::join_all(waits).await {
             let message = result.unwrap_err().message().to_string();
-            assert!(message.contains("bad file") && message.contains("after 1 s"), "{message}");
+            assert!(
+                message.contains("bad file") && message.contains("after 1 s"),
+                "{message}"
+            );
         }
         let refused = flights
             .wait("m", None, counted(&loads, Ok(()), 10))
             .await
             .unwrap_err();
-        assert!(refused.message().contains("tried again on a request after"), "{refused:?}");
+        assert!(
+            refused.message().contains("tried again on a request after"),
+            "{refused:?}"
+        );
         assert_eq!(loads.load(Ordering::SeqCst), 1, "no load while backing off");
         tokio::time::sleep(Duration::from_millis(1100)).await;
         flights
@@ -255,7 +264,10 @@ mod tests {
             .unwrap_err()
             .message()
             .to_string();
-        assert!(message.contains("after 2.0 s") || message.contains("after 1.9"), "{message}");
+        assert!(
+            message.contains("after 2.0 s") || message.contains("after 1.9"),
+            "{message}"
+        );
         assert_eq!(backoff(10), MAX_BACKOFF);
     }
 
@@ -295,7 +307,12 @@ mod tests {
                 })
             })
             .collect();
-        assert!(futures::future::join_all(waits).await.iter().all(Result::is_ok));
+        assert!(
+            futures::future::join_all(waits)
+                .await
+                .iter()
+                .all(Result::is_ok)
+        );
         assert_eq!(most.load(Ordering::SeqCst), 2);
     }
 }

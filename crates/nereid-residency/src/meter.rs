@@ -96,7 +96,10 @@ mod tests {
 
     #[test]
     fn children_count_on_the_host() {
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(children_resident_bytes() > 0);
         child.kill().unwrap();

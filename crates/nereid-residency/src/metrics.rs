@@ -180,7 +180,10 @@ mod tests {
         counters.waited(Duration::from_millis(40), true);
         counters.waited(Duration::from_millis(1), false);
         let mut text = String::new();
-        render(&counters.families(&[], &[(Place::Host, 100, Some(60))], 1), &mut text);
+        render(
+            &counters.families(&[], &[(Place::Host, 100, Some(60))], 1),
+            &mut text,
+        );
         for line in [
             "nereid_model_loads_total{cause=\"demand\"} 2",
             "nereid_model_loads_total{cause=\"startup\"} 0",

@@ -72,6 +72,7 @@ impl LoadedVersion {
             labels,
             cache: None,
             folder,
+            footprint: Default::default(),
             runner: Runner::Instances {
                 scheduler,
                 order,
@@ -100,6 +101,7 @@ impl LoadedVersion {
             labels,
             cache: None,
             folder,
+            footprint: Default::default(),
             runner: Runner::Ensemble {
                 pipeline,
                 composer,

@@ -227,6 +227,7 @@ pub fn engine(
         mode,
         startup_models: startup.iter().map(|s| s.to_string()).collect(),
         poll_interval: Duration::from_secs(1),
+        ..Default::default()
     };
     let engine =
         nereid_engine::Engine::with_model_control(options, control, vec![Arc::new(backend)]);

@@ -179,6 +179,7 @@ impl BatchArgs {
                 mode: ControlMode::Explicit,
                 startup_models: Vec::new(),
                 poll_interval: Duration::ZERO,
+                ..Default::default()
             },
             backends: BackendSettings {
                 onnxruntime_library: self.onnxruntime_library,

@@ -18,6 +18,7 @@ mod devices;
 mod limits;
 mod openai;
 mod repositories;
+mod residency;
 mod restricted;
 mod settings;
 mod tls;
@@ -29,6 +30,7 @@ use devices::DeviceFlags;
 use limits::LimitFlags;
 use openai::OpenAiFlags;
 use repositories::{Repositories, RepositoryArg, open_repositories, parse_repository};
+use residency::ResidencyFlags;
 use restricted::RestrictedFlags;
 use settings::{metrics_options, python_path};
 use tls::TlsFlags;
@@ -124,7 +126,8 @@ pub struct Args {
 
     /// When models load and unload: none (all at startup, never again),
     /// poll (follow the repository folders), explicit (startup models,
-    /// then the repository API).
+    /// then the repository API), on_demand (Nereid's: explicit, and a
+    /// request for a model not loaded loads it).
     #[arg(long, value_enum, ignore_case = true, default_value_t = ModelControlMode::None)]
     pub model_control_mode: ModelControlMode,
 
@@ -227,6 +230,9 @@ pub struct Args {
     pub limits: LimitFlags,
 
     #[command(flatten)]
+    pub residency: ResidencyFlags,
+
+    #[command(flatten)]
     pub restricted: RestrictedFlags,
 
     #[command(flatten)]
@@ -258,6 +264,8 @@ pub enum ModelControlMode {
     None,
     Poll,
     Explicit,
+    #[value(name = "on_demand", alias = "on-demand")]
+    OnDemand,
 }
 
 impl From<ModelControlMode> for ControlMode {
@@ -266,6 +274,7 @@ impl From<ModelControlMode> for ControlMode {
             ModelControlMode::None => ControlMode::None,
             ModelControlMode::Poll => ControlMode::Poll,
             ModelControlMode::Explicit => ControlMode::Explicit,
+            ModelControlMode::OnDemand => ControlMode::OnDemand,
         }
     }
 }
@@ -296,7 +305,12 @@ impl Args {
         if !self.allow_http && !self.allow_grpc && self.openai.openai_port.is_none() {
             anyhow::bail!("--allow-http and --allow-grpc are both false: nothing would serve");
         }
-        if !self.load_model.is_empty() && self.model_control_mode != ModelControlMode::Explicit {
+        if !self.load_model.is_empty()
+            && !matches!(
+                self.model_control_mode,
+                ModelControlMode::Explicit | ModelControlMode::OnDemand
+            )
+        {
             // tritonserver's words.
             anyhow::bail!(
                 "Use of '--load-model' requires setting '--model-control-mode=explicit' as well."
@@ -319,6 +333,7 @@ impl Args {
                 mode: self.model_control_mode.into(),
                 startup_models: self.load_model,
                 poll_interval: Duration::from_secs(self.repository_poll_secs),
+                residency: self.residency.options()?,
             },
             exit_on_error: self.exit_on_error,
             http: self

@@ -199,6 +199,7 @@ impl Metrics {
             .filter_map(|a| Some((a.name.as_str(), a.version, a.latency_target?)))
             .collect();
         families.extend(TargetSnapshot::families(&targeted));
+        families.extend(self.engine.residency_families());
         families
     }
 }

@@ -1,0 +1,285 @@
+//! The engine's side of residency (`nereid_residency`): what each loaded
+//! version holds and when it last ran, loads on a model's first request
+//! (on-demand model control), room made under the memory budget before a
+//! load, and eviction, which is an unload.
+
+use std::path::Path;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use nereid_core::Error;
+use nereid_core::model_config::parse_bool_parameter;
+use nereid_residency::{LoadCause, Models, Place, own_resident_bytes};
+
+use crate::handle::Engine;
+use crate::model::LoadedVersion;
+use crate::options::ControlMode;
+
+/// The model config parameter that pins a model (`"true"`) or leaves it
+/// evictable (`"false"`) whatever loaded it.
+pub const PINNED_PARAMETER: &str = "nereid.pinned";
+
+/// What residency tracks of one loaded version.
+#[derive(Debug)]
+pub(crate) struct Footprint {
+    /// Host bytes it holds, measured at its load and first request.
+    bytes: AtomicU64,
+    /// Never evicted. A version is pinned until a load on demand says
+    /// otherwise, so that nothing loaded another way is ever evicted.
+    pinned: AtomicBool,
+    /// Its first request's growth was measured.
+    first_use: AtomicBool,
+    /// Requests running on it now.
+    active: AtomicU64,
+    /// When it last took a request or loaded, in ms of [`clock`].
+    last_used_ms: AtomicU64,
+}
+
+impl Default for Footprint {
+    fn default() -> Footprint {
+        Footprint {
+            bytes: AtomicU64::new(0),
+            pinned: AtomicBool::new(true),
+            first_use: AtomicBool::new(false),
+            active: AtomicU64::new(0),
+            last_used_ms: AtomicU64::new(clock()),
+        }
+    }
+}
+
+/// A request running on a version, until dropped.
+pub(crate) struct Active<'a> {
+    footprint: &'a Footprint,
+    /// The process's resident bytes before the version's first request.
+    first: Option<u64>,
+}
+
+impl Footprint {
+    /// Marks a request running; the first request's growth of the process
+    /// (ONNX Runtime sizes its arena then) is added when it ends.
+    pub(crate) fn enter(&self) -> Active<'_> {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        self.last_used_ms.store(clock(), Ordering::Relaxed);
+        let first = if self.first_use.swap(true, Ordering::Relaxed) {
+            None
+        } else {
+            own_resident_bytes()
+        };
+        Active {
+            footprint: self,
+            first,
+        }
+    }
+
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.footprint.active.fetch_sub(1, Ordering::Relaxed);
+        if let (Some(before), Some(after)) = (self.first, own_resident_bytes()) {
+            self.footprint
+                .bytes
+                .fetch_add(after.saturating_sub(before), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Milliseconds since the first call: the clock of `last_used_ms`.
+fn clock() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// The engine's loaded versions, as residency sees them.
+pub(crate) struct Resident<'a>(pub(crate) &'a Engine);
+
+impl Models for Resident<'_> {
+    fn resident(&self) -> Vec<nereid_residency::Resident> {
+        let now = clock();
+        let registry = self.0.inner.registry.read();
+        registry
+            .loaded()
+            .map(|(name, version)| {
+                let footprint = &version.footprint;
+                let idle = now.saturating_sub(footprint.last_used_ms.load(Ordering::Relaxed));
+                nereid_residency::Resident {
+                    model: name.to_string(),
+                    version: version.version,
+                    bytes: footprint.bytes(),
+                    place: Place::Host,
+                    last_used: Instant::now() - Duration::from_millis(idle),
+                    in_flight: footprint.active.load(Ordering::Relaxed) + version.stats.pending(),
+                    pinned: footprint.pinned.load(Ordering::Relaxed),
+                }
+            })
+            .collect()
+    }
+
+    fn evict(&self, model: &str) {
+        tracing::info!(model, "evicting the model to keep within the memory budget");
+        self.0.unload_cascade(model, false);
+    }
+}
+
+impl Engine {
+    /// In on-demand model control (`--model-control-mode=on_demand`),
+    /// loads `model` when it is in the repository and not loaded, and
+    /// waits for it (or joins the load in progress), up to `timeout`.
+    /// [`Engine::infer`] does it for every request; a frontend that looks a
+    /// model's config or metadata up first calls it before. Anything else
+    /// (a model the repository does not have, another control mode) is
+    /// left to the usual answers.
+    pub async fn load_on_request(
+        &self,
+        model: &str,
+        timeout: Option<Duration>,
+    ) -> Result<(), Error> {
+        if self.control_mode() != ControlMode::OnDemand
+            || self.inner.registry.read().serves(model)
+            || self.inner.repository.entry(model).is_none()
+        {
+            return Ok(());
+        }
+        let deadline = timeout.map(|timeout| tokio::time::Instant::now() + timeout);
+        let engine = self.clone();
+        let name = model.to_string();
+        let load = move || {
+            let loading = engine.clone();
+            let handle = engine.blocking(move || loading.load_on_demand(&name));
+            async move {
+                handle
+                    .await
+                    .unwrap_or_else(|e| Err(Error::internal(format!("the load task failed: {e}"))))
+            }
+            .boxed()
+        };
+        self.inner.residency.wait_for(model, deadline, load).await
+    }
+
+    fn load_on_demand(&self, name: &str) -> Result<(), Error> {
+        self.measured_load(name, LoadCause::Demand, || {
+            let found = self.find_model(name)?;
+            let source = crate::source::for_request(name, Default::default(), found)?;
+            self.load_composing(&source, &mut vec![name.to_string()]);
+            self.sync_model(source, false)
+        })
+    }
+
+    /// Runs `load` of `name` for `cause`: first makes room for it under
+    /// the memory budget (evicting), then measures what it took and
+    /// whether it is pinned, and keeps the budget after.
+    pub(crate) fn measured_load(
+        &self,
+        name: &str,
+        cause: LoadCause,
+        load: impl FnOnce() -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let residency = &self.inner.residency;
+        let files = self
+            .inner
+            .repository
+            .entry(name)
+            .map_or(0, |entry| folder_bytes(&entry.path));
+        let need = residency.estimate(name).unwrap_or(files);
+        residency.make_room(&Resident(self), name, &[(Place::Host, need)])?;
+        let before = own_resident_bytes();
+        let started = Instant::now();
+        load()?;
+        let grown = before
+            .zip(own_resident_bytes())
+            .map_or(0, |(b, a)| a.saturating_sub(b));
+        let bytes = grown.max(files);
+        self.settle_footprint(name, bytes, residency.pins(cause));
+        residency.remember(name, bytes);
+        residency.loaded(cause, started.elapsed());
+        residency.enforce(&Resident(self));
+        Ok(())
+    }
+
+    /// Sets the footprint and pin of `name`'s loaded versions after a
+    /// load: `bytes` shared among the versions that have none yet; pinned
+    /// as `pinned` unless the config's `nereid.pinned` says otherwise.
+    pub(crate) fn settle_footprint(&self, name: &str, bytes: u64, pinned: bool) {
+        let registry = self.inner.registry.read();
+        let fresh: Vec<_> = registry
+            .loaded()
+            .filter(|(n, v)| *n == name && v.footprint.bytes() == 0)
+            .map(|(_, v)| v)
+            .collect();
+        let share = bytes / fresh.len().max(1) as u64;
+        for version in registry
+            .loaded()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, v)| v)
+        {
+            if fresh.iter().any(|f| std::ptr::eq(*f, version)) {
+                version.footprint.bytes.store(share, Ordering::Relaxed);
+            }
+            let pin = version
+                .config
+                .parameters
+                .get(PINNED_PARAMETER)
+                .and_then(|p| parse_bool_parameter(p.string_value.trim()))
+                .unwrap_or(pinned);
+            version.footprint.pinned.store(pin, Ordering::Relaxed);
+        }
+    }
+
+    /// After models loaded in parallel (at startup, or poll mode's
+    /// changes), which one measure cannot tell apart: each new version's
+    /// footprint is its model files' size until its first request adds
+    /// its growth; pinned as `--pin-loaded-models` says for `cause`.
+    pub(crate) fn settle_parallel_footprints(&self, names: &[String], cause: LoadCause) {
+        let folders: std::collections::BTreeMap<String, std::path::PathBuf> = {
+            let registry = self.inner.registry.read();
+            registry
+                .loaded()
+                .filter(|(n, _)| names.iter().any(|name| name == n))
+                .map(|(n, v)| (n.to_string(), v.folder.clone()))
+                .collect()
+        };
+        let pinned = self.inner.residency.pins(cause);
+        for (name, folder) in folders {
+            self.settle_footprint(&name, folder_bytes(&folder), pinned);
+        }
+    }
+
+    /// The metric families of residency (loads by cause, load times,
+    /// evictions, waits, each loaded version's bytes, budgets), in
+    /// on-demand model control or with a memory budget; none otherwise.
+    pub fn residency_families(&self) -> Vec<nereid_core::exposition::Family> {
+        let residency = &self.inner.residency;
+        if self.control_mode() != ControlMode::OnDemand && residency.options().budget.is_empty() {
+            return Vec::new();
+        }
+        residency.families(&Resident(self))
+    }
+}
+
+impl LoadedVersion {
+    /// The bytes this version holds, as measured (the repository index
+    /// and `nereid_model_memory_bytes` show it).
+    pub fn memory_bytes(&self) -> u64 {
+        self.footprint.bytes()
+    }
+}
+
+/// The size of the files under `folder`, all versions together.
+fn folder_bytes(folder: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.metadata() {
+            Ok(meta) if meta.is_dir() => folder_bytes(&entry.path()),
+            Ok(meta) => meta.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
