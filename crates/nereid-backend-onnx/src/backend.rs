@@ -2,6 +2,7 @@
 //! (through ONNX Runtime's CUDA provider) on a GPU.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nereid_core::{Backend, BackendError, Device, IoSpec, ModelInstance, ModelIo, ModelSource};
 use ort::session::Session;
@@ -14,6 +15,7 @@ use crate::instance::OnnxInstance;
 use crate::run::RunPath;
 use crate::runtime::{self, Runtime};
 use crate::settings::SessionSettings;
+use crate::shared::{SessionKey, SharedCache};
 
 /// The file a version folder holds when the config names none.
 const DEFAULT_MODEL_FILENAME: &str = "model.onnx";
@@ -23,6 +25,8 @@ const DEFAULT_MODEL_FILENAME: &str = "model.onnx";
 #[derive(Debug, Clone)]
 pub struct OnnxBackend {
     runtime: Runtime,
+    /// The sessions CPU instances share, one per version and settings.
+    sessions: Arc<SharedCache<SessionKey, Session>>,
 }
 
 impl OnnxBackend {
@@ -34,6 +38,7 @@ impl OnnxBackend {
         let library = runtime::library_path(lib_path);
         Ok(OnnxBackend {
             runtime: runtime::runtime(&library)?,
+            sessions: Arc::default(),
         })
     }
 
@@ -131,8 +136,10 @@ impl Backend for OnnxBackend {
 }
 
 impl OnnxBackend {
-    /// Creates the session of one instance. `KIND_MODEL` runs on CPU, as in
-    /// Triton's backend, which adds GPU providers for `KIND_GPU` only.
+    /// Creates one instance: on CPU, on the session its version's other
+    /// instances run (made by the first of them); on a GPU, on a session of
+    /// its own. `KIND_MODEL` runs on CPU, as in Triton's backend, which adds
+    /// GPU providers for `KIND_GPU` only.
     pub(crate) fn load_instance(&self, source: &ModelSource) -> Result<OnnxInstance, BackendError> {
         let label = format!("model '{}' version {}", source.model_name, source.version);
         let path = model_file(&source.model_path);
@@ -143,10 +150,47 @@ impl OnnxBackend {
             )));
         }
         let settings = SessionSettings::from_config(&source.config)?;
-        let (providers, run_path) = match source.device {
-            Device::Cpu | Device::Model => (Vec::new(), RunPath::Direct),
-            Device::Gpu(id) => (self.gpu_providers(source, id, &label)?, RunPath::IoBinding),
+        let (session, run_path) = match source.device {
+            Device::Cpu | Device::Model if settings.shareable() => {
+                let key = SessionKey::new(&source.model_name, source.version, &path, &settings)
+                    .map_err(|e| {
+                        BackendError::Load(format!(
+                            "{label}: cannot read '{}': {e}",
+                            path.display()
+                        ))
+                    })?;
+                let session = self.sessions.get_or_build(key, || {
+                    self.new_session(source, &path, &settings, Vec::new(), &label)
+                })?;
+                (session, RunPath::Direct)
+            }
+            Device::Cpu | Device::Model => (
+                Arc::new(self.new_session(source, &path, &settings, Vec::new(), &label)?),
+                RunPath::Direct,
+            ),
+            Device::Gpu(id) => {
+                let providers = self.gpu_providers(source, id, &label)?;
+                let session = self.new_session(source, &path, &settings, providers, &label)?;
+                (Arc::new(session), RunPath::IoBinding)
+            }
         };
+        OnnxInstance::new(
+            format!("{label} instance {}", source.instance_index),
+            session,
+            settings.run_config_entries,
+            run_path,
+        )
+    }
+
+    /// A session of `path` with `settings` on `providers` (none: CPU).
+    fn new_session(
+        &self,
+        source: &ModelSource,
+        path: &Path,
+        settings: &SessionSettings,
+        providers: Vec<Provider>,
+        label: &str,
+    ) -> Result<Session, BackendError> {
         let load_error = |e: ort::Error| {
             BackendError::Load(format!("{label}: cannot load '{}': {e}", path.display()))
         };
@@ -154,19 +198,14 @@ impl OnnxBackend {
         // The GPU providers go first: ONNX Runtime gives each node to the
         // first provider registered that takes it, and the settings may
         // register the CPU one.
-        let builder = register(builder, providers, source, &label)?;
+        let builder = register(builder, providers, source, label)?;
         let session = settings
             .apply(builder)
-            .and_then(|mut b| b.commit_from_file(&path))
+            .and_then(|mut b| b.commit_from_file(path))
             .map_err(load_error)?;
         tracing::debug!(model = %source.model_name, version = source.version, instance = %source.instance_name,
             device = ?source.device, path = %path.display(), ?settings, "created ONNX Runtime session");
-        OnnxInstance::new(
-            format!("{label} instance {}", source.instance_index),
-            session,
-            settings.run_config_entries,
-            run_path,
-        )
+        Ok(session)
     }
 
     /// A `KIND_GPU` instance's execution providers, or why it cannot have

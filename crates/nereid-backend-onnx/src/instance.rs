@@ -1,6 +1,7 @@
 //! One loaded ONNX Runtime session, driven by its instance thread.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use nereid_core::{BackendError, Batch, DataType, ModelInstance, Tensor};
 use ort::session::Session;
@@ -15,12 +16,13 @@ struct InputSpec {
     datatype: DataType,
 }
 
-/// An instance of an ONNX model: its session and what it takes and gives.
+/// An instance of an ONNX model: its session (on CPU, the one its
+/// version's other instances run as well) and what it takes and gives.
 #[derive(Debug)]
 pub struct OnnxInstance {
     /// "model 'm' version 1 instance 0", to prefix error messages.
     label: String,
-    session: Session,
+    session: Arc<Session>,
     inputs: Vec<InputSpec>,
     outputs: Vec<String>,
     /// Run config entries from the model's parameters, set on every run.
@@ -31,7 +33,7 @@ pub struct OnnxInstance {
 impl OnnxInstance {
     pub(crate) fn new(
         label: String,
-        session: Session,
+        session: Arc<Session>,
         run_config: Vec<(String, String)>,
         run_path: RunPath,
     ) -> Result<Self, BackendError> {
@@ -67,6 +69,12 @@ impl OnnxInstance {
             run_config,
             run_path,
         })
+    }
+
+    /// The session this instance runs on.
+    #[cfg(test)]
+    pub(crate) fn session(&self) -> &Arc<Session> {
+        &self.session
     }
 
     /// Runs batches the other way from now on: lets a test take a CPU

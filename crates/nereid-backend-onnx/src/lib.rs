@@ -4,7 +4,8 @@
 //! one in the `onnxruntime` wheel), so building needs no native library.
 //!
 //! [`OnnxBackend`] reads a model's inputs and outputs for autofill and
-//! creates one session per instance, honouring Triton's ONNX Runtime
+//! creates sessions, one shared by a version's CPU instances (so its
+//! weights are held once) and one per GPU instance, honouring Triton's ONNX Runtime
 //! parameters (`intra_op_thread_count`, `inter_op_thread_count`,
 //! `execution_mode`, `enable_mem_arena`, `enable_mem_pattern`, the graph
 //! optimisation level). `KIND_CPU` and `KIND_MODEL` instances run on CPU;
@@ -28,6 +29,7 @@ mod instance;
 mod run;
 mod runtime;
 mod settings;
+mod shared;
 mod strings;
 
 pub use backend::OnnxBackend;

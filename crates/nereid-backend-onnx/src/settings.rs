@@ -31,7 +31,7 @@ use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 
 /// What a config asks of an ONNX Runtime session. `None` leaves ONNX
 /// Runtime's default.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct SessionSettings {
     /// The session has a thread pool of its own (the config set a thread
     /// parameter) instead of the process-wide one.
@@ -133,6 +133,15 @@ impl SessionSettings {
             config_entries: entries(&SESSION_KEYS),
             run_config_entries: entries(&RUN_KEYS),
         })
+    }
+
+    /// Whether the instances of a model may share one session (`shared.rs`)
+    /// without running on fewer threads than sessions of their own would:
+    /// on the process-wide pool, which they share anyway, or on one
+    /// thread each, the caller's, when ONNX Runtime makes no pool at all.
+    /// A pool of more threads stays each instance's own, as in Triton.
+    pub(crate) fn shareable(&self) -> bool {
+        !self.own_threads || (self.intra_op_threads == Some(1) && !self.parallel_execution)
     }
 
     /// Applies the settings to a session builder.
@@ -281,6 +290,27 @@ mod tests {
         );
         let s = SessionSettings::from_config(&config(&[("execution_mode", "0")])).unwrap();
         assert!(!s.own_threads, "sequential execution is the default");
+    }
+
+    #[test]
+    fn instances_share_a_session_unless_each_has_a_pool_of_threads() {
+        let shareable = |params: &[(&str, &str)]| {
+            SessionSettings::from_config(&config(params))
+                .unwrap()
+                .shareable()
+        };
+        assert!(shareable(&[]));
+        assert!(shareable(&[("intra_op_thread_count", "1")]));
+        assert!(shareable(&[
+            ("intra_op_thread_count", "1"),
+            (SPINNING_KEY, "0")
+        ]));
+        assert!(!shareable(&[("intra_op_thread_count", "2")]));
+        assert!(!shareable(&[("intra_op_thread_count", "0")]));
+        assert!(!shareable(&[
+            ("intra_op_thread_count", "1"),
+            ("execution_mode", "1")
+        ]));
     }
 
     #[test]

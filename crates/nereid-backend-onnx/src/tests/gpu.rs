@@ -137,10 +137,11 @@ fn kind_model_runs_on_cpu() {
     assert_eq!(out[0].data, Bytes::from(i32_bytes(1..17)));
 }
 
-/// A CPU instance of `path` taking `run_path`.
+/// A CPU instance of `path` taking `run_path`, on a session of its own as
+/// a GPU instance's is (a pool of two threads is never shared).
 fn instance(backend: &OnnxBackend, path: PathBuf, run_path: RunPath) -> crate::OnnxInstance {
     backend
-        .load_instance(&source(path, &[]))
+        .load_instance(&source(path, &[("intra_op_thread_count", "2")]))
         .unwrap()
         .with_run_path(run_path)
 }

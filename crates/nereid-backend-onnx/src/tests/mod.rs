@@ -4,6 +4,7 @@
 mod errors;
 mod execute;
 mod gpu;
+mod shared;
 
 use std::path::{Path, PathBuf};
 
