@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 
 fn main() -> anyhow::Result<()> {
-    let proto_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // Read when the script runs, not when it was compiled: worktrees of
+    // this workspace share one compiled build script.
+    let proto_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let file = proto_dir.join("model_config.proto");
     println!("cargo:rerun-if-changed={}", file.display());
     let fds = protox::compile([&file], [&proto_dir])?;

@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 
 fn main() -> anyhow::Result<()> {
-    let proto_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // Read when the script runs, not when it was compiled: worktrees of
+    // this workspace share one compiled build script.
+    let proto_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let files = ["grpc_service.proto", "health.proto"].map(|f| proto_dir.join(f));
     for f in files.iter().chain([&proto_dir.join("model_config.proto")]) {
         println!("cargo:rerun-if-changed={}", f.display());

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -96,6 +97,8 @@ WAYS: dict[tuple[str, str], RunBy | NotHere] = {
     ("docs/latency-target.md", "target/release/nereid"): BENCHMARK,
     ("docs/latency-target.md", ".tools/perf_analyzer/perf_analyzer.sh"): BENCHMARK,
     ("docs/latency-target.md", "curl -si 127.0.0.1:8000/v2/models/mlp_large/infer"): BENCHMARK,
+    ("docs/many-models.md", "nereid --model-repository /models --model-control-mode=on_demand"):
+        here("test_the_many_models_guide_runs_as_written"),
     ("docs/streaming.md", "nereid --model-repository model_repository --kafka-config"):
         here("test_the_streaming_walkthrough_runs_as_written"),
     ("docs/streaming.md", "echo '{\"id\":\"r1\""): here("test_the_streaming_walkthrough_runs_as_written"),
@@ -368,3 +371,24 @@ def test_the_streaming_walkthrough_runs_as_written(tmp_path):
         if server:
             server.stop()
         broker.stop()
+
+
+def test_the_many_models_guide_runs_as_written(tmp_path):
+    """docs/many-models.md's server over a copy of the example models: the
+    first request for a model loads it."""
+    doc = "docs/many-models.md"
+    shutil.copytree(REPO_ROOT / "model_repository", tmp_path / "models", symlinks=True)
+    shell = Shell.make(tmp_path, paths={"/models": str(tmp_path / "models")})
+    server = shell.serve(find(doc, "nereid --model-repository /models --model-control-mode=on_demand"))
+    base = f"http://127.0.0.1:{shell.ports[8000]}"
+    try:
+        rows = requests.post(f"{base}/v2/repository/index", timeout=30).json()
+        assert all("state" not in row for row in rows), rows
+        answer = requests.post(f"{base}/v2/models/simple/infer", timeout=60, json={"inputs": [
+            {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))},
+            {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": [1] * 16}]})
+        assert answer.status_code == 200, answer.text
+        rows = {r["name"]: r for r in requests.post(f"{base}/v2/repository/index", timeout=30).json()}
+        assert rows["simple"]["state"] == "READY" and rows["simple"]["memory_bytes"] > 0
+    finally:
+        server.stop()

@@ -5,6 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -18,11 +19,43 @@ pub const FAKE_HANDLE_PREFIX: &[u8] = b"nereid-fake-ipc:";
 #[derive(Debug, Clone)]
 pub struct FakeGpus {
     gpus: Vec<Gpu>,
+    /// Device memory a test's fake instances hold, which NVML's used
+    /// memory then reports; made-up figures without one.
+    ledger: Option<Arc<FakeLedger>>,
+}
+
+/// Bytes held on each fake GPU, by whatever a test says holds them (a
+/// fake backend's GPU instances).
+#[derive(Debug, Default)]
+pub struct FakeLedger {
+    used: parking_lot::Mutex<std::collections::BTreeMap<u32, u64>>,
+}
+
+impl FakeLedger {
+    pub fn allocate(&self, gpu: u32, bytes: u64) {
+        *self.used.lock().entry(gpu).or_default() += bytes;
+    }
+
+    pub fn free(&self, gpu: u32, bytes: u64) {
+        let mut used = self.used.lock();
+        let held = used.entry(gpu).or_default();
+        *held = held.saturating_sub(bytes);
+    }
+
+    pub fn used(&self, gpu: u32) -> u64 {
+        self.used.lock().get(&gpu).copied().unwrap_or_default()
+    }
 }
 
 impl FakeGpus {
     pub fn new(gpus: Vec<Gpu>) -> FakeGpus {
-        FakeGpus { gpus }
+        FakeGpus { gpus, ledger: None }
+    }
+
+    /// These GPUs, their used memory read from `ledger`.
+    pub fn with_ledger(mut self, ledger: Arc<FakeLedger>) -> FakeGpus {
+        self.ledger = Some(ledger);
+        self
     }
 
     /// `count` identical GPUs, ids 0 to count - 1.
@@ -83,7 +116,10 @@ impl DeviceLayer for FakeGpus {
         Some(GpuSample {
             utilization: Some(0.25),
             memory_total_bytes: Some(gpu.memory_total),
-            memory_used_bytes: Some((1 << 30) * (u64::from(gpu.id) + 1)),
+            memory_used_bytes: Some(match &self.ledger {
+                Some(ledger) => ledger.used(gpu.id),
+                None => (1 << 30) * (u64::from(gpu.id) + 1),
+            }),
             power_usage_watts: Some(100.0 + id),
             power_limit_watts: Some(700.0),
             energy_joules: Some(1000.0 * (id + 1.0)),

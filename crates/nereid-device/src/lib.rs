@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-pub use fake::FakeGpus;
+pub use fake::{FakeGpus, FakeLedger};
 pub use library::{LIBNVINFER, find_library};
 pub use visible::visible_devices;
 

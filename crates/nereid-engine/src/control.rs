@@ -113,6 +113,10 @@ impl Engine {
             dirs.into_iter().map(Source::repository).collect(),
             LoadCause::Startup,
         ));
+        // Startup models are pinned: a budget they pass is only reported.
+        self.inner
+            .residency
+            .enforce(&crate::resident::Resident(self), None);
         self.inner.started.store(true, Ordering::SeqCst);
         if self.control_mode() == ControlMode::Poll && !self.inner.stopping.load(Ordering::SeqCst) {
             *self.inner.watcher.lock() = watcher::start(&self.inner, applied);

@@ -3,6 +3,7 @@
 //! (on-demand model control), room made under the memory budget before a
 //! load, and eviction, which is an unload.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,6 +13,7 @@ use futures::FutureExt;
 use nereid_core::Error;
 use nereid_core::model_config::parse_bool_parameter;
 use nereid_residency::{LoadCause, Models, Place, own_resident_bytes};
+use parking_lot::Mutex;
 
 use crate::handle::Engine;
 use crate::model::LoadedVersion;
@@ -26,6 +28,8 @@ pub const PINNED_PARAMETER: &str = "nereid.pinned";
 pub(crate) struct Footprint {
     /// Host bytes it holds, measured at its load and first request.
     bytes: AtomicU64,
+    /// Bytes it holds on each GPU with a budget, measured at its load.
+    gpus: Mutex<BTreeMap<u32, u64>>,
     /// Never evicted. A version is pinned until a load on demand says
     /// otherwise, so that nothing loaded another way is ever evicted.
     pinned: AtomicBool,
@@ -41,6 +45,7 @@ impl Default for Footprint {
     fn default() -> Footprint {
         Footprint {
             bytes: AtomicU64::new(0),
+            gpus: Mutex::default(),
             pinned: AtomicBool::new(true),
             first_use: AtomicBool::new(false),
             active: AtomicU64::new(0),
@@ -102,22 +107,29 @@ impl Models for Resident<'_> {
     fn resident(&self) -> Vec<nereid_residency::Resident> {
         let now = clock();
         let registry = self.0.inner.registry.read();
-        registry
-            .loaded()
-            .map(|(name, version)| {
-                let footprint = &version.footprint;
-                let idle = now.saturating_sub(footprint.last_used_ms.load(Ordering::Relaxed));
-                nereid_residency::Resident {
-                    model: name.to_string(),
-                    version: version.version,
-                    bytes: footprint.bytes(),
-                    place: Place::Host,
-                    last_used: Instant::now() - Duration::from_millis(idle),
-                    in_flight: footprint.active.load(Ordering::Relaxed) + version.stats.pending(),
-                    pinned: footprint.pinned.load(Ordering::Relaxed),
-                }
-            })
-            .collect()
+        let mut resident = Vec::new();
+        for (name, version) in registry.loaded() {
+            let footprint = &version.footprint;
+            let idle = now.saturating_sub(footprint.last_used_ms.load(Ordering::Relaxed));
+            let host = nereid_residency::Resident {
+                model: name.to_string(),
+                version: version.version,
+                bytes: footprint.bytes(),
+                place: Place::Host,
+                last_used: Instant::now() - Duration::from_millis(idle),
+                in_flight: footprint.active.load(Ordering::Relaxed) + version.stats.pending(),
+                pinned: footprint.pinned.load(Ordering::Relaxed),
+            };
+            for (&gpu, &bytes) in footprint.gpus.lock().iter() {
+                resident.push(nereid_residency::Resident {
+                    bytes,
+                    place: Place::Gpu(gpu),
+                    ..host.clone()
+                });
+            }
+            resident.push(host);
+        }
+        resident
     }
 
     fn evict(&self, model: &str) {
@@ -185,8 +197,21 @@ impl Engine {
             .repository
             .entry(name)
             .map_or(0, |entry| folder_bytes(&entry.path));
-        let need = residency.estimate(name).unwrap_or(files);
-        residency.make_room(&Resident(self), name, &[(Place::Host, need)])?;
+        // A GPU's share is known from the model's last load there; a first
+        // load is not sized, and the budget is kept after it.
+        let gpus = residency.budgeted_gpus();
+        let mut need = vec![(
+            Place::Host,
+            residency.estimate(name, Place::Host).unwrap_or(files),
+        )];
+        need.extend(gpus.iter().map(|&id| {
+            let place = Place::Gpu(id);
+            (place, residency.estimate(name, place).unwrap_or(0))
+        }));
+        residency.make_room(&Resident(self), name, &need)?;
+        let meter = residency.meter();
+        let gpu_before: Vec<Option<u64>> =
+            gpus.iter().map(|&id| meter.used(Place::Gpu(id))).collect();
         let before = own_resident_bytes();
         let started = Instant::now();
         load()?;
@@ -194,31 +219,54 @@ impl Engine {
             .zip(own_resident_bytes())
             .map_or(0, |(b, a)| a.saturating_sub(b));
         let bytes = grown.max(files);
-        self.settle_footprint(name, bytes, residency.pins(cause));
-        residency.remember(name, bytes);
+        let on_gpus: BTreeMap<u32, u64> = gpus
+            .iter()
+            .zip(gpu_before)
+            .filter_map(|(&id, before)| {
+                let after = meter.used(Place::Gpu(id))?;
+                Some((id, after.saturating_sub(before?)))
+            })
+            .filter(|&(_, bytes)| bytes > 0)
+            .collect();
+        self.settle_footprint(name, bytes, &on_gpus, residency.pins(cause));
+        residency.remember(name, Place::Host, bytes);
+        for (&id, &bytes) in &on_gpus {
+            residency.remember(name, Place::Gpu(id), bytes);
+        }
         residency.loaded(cause, started.elapsed());
-        residency.enforce(&Resident(self));
+        residency.enforce(&Resident(self), Some(name));
         Ok(())
     }
 
     /// Sets the footprint and pin of `name`'s loaded versions after a
     /// load: `bytes` shared among the versions that have none yet; pinned
     /// as `pinned` unless the config's `nereid.pinned` says otherwise.
-    pub(crate) fn settle_footprint(&self, name: &str, bytes: u64, pinned: bool) {
+    pub(crate) fn settle_footprint(
+        &self,
+        name: &str,
+        bytes: u64,
+        on_gpus: &BTreeMap<u32, u64>,
+        pinned: bool,
+    ) {
         let registry = self.inner.registry.read();
         let fresh: Vec<_> = registry
             .loaded()
             .filter(|(n, v)| *n == name && v.footprint.bytes() == 0)
             .map(|(_, v)| v)
             .collect();
-        let share = bytes / fresh.len().max(1) as u64;
+        let versions = fresh.len().max(1) as u64;
         for version in registry
             .loaded()
             .filter(|(n, _)| *n == name)
             .map(|(_, v)| v)
         {
             if fresh.iter().any(|f| std::ptr::eq(*f, version)) {
-                version.footprint.bytes.store(share, Ordering::Relaxed);
+                version
+                    .footprint
+                    .bytes
+                    .store(bytes / versions, Ordering::Relaxed);
+                *version.footprint.gpus.lock() =
+                    on_gpus.iter().map(|(&id, &b)| (id, b / versions)).collect();
             }
             let pin = version
                 .config
@@ -245,19 +293,26 @@ impl Engine {
         };
         let pinned = self.inner.residency.pins(cause);
         for (name, folder) in folders {
-            self.settle_footprint(&name, folder_bytes(&folder), pinned);
+            self.settle_footprint(&name, folder_bytes(&folder), &BTreeMap::new(), pinned);
         }
     }
 
     /// The metric families of residency (loads by cause, load times,
-    /// evictions, waits, each loaded version's bytes, budgets), in
-    /// on-demand model control or with a memory budget; none otherwise.
+    /// evictions, waits, each loaded version's bytes, budgets) when it is
+    /// at work; none otherwise.
     pub fn residency_families(&self) -> Vec<nereid_core::exposition::Family> {
-        let residency = &self.inner.residency;
-        if self.control_mode() != ControlMode::OnDemand && residency.options().budget.is_empty() {
+        if !self.residency_shown() {
             return Vec::new();
         }
-        residency.families(&Resident(self))
+        self.inner.residency.families(&Resident(self))
+    }
+
+    /// Whether residency is at work (on-demand model control, or a memory
+    /// budget), and so shown: otherwise the repository index and the
+    /// metrics stay as Triton's.
+    pub(crate) fn residency_shown(&self) -> bool {
+        self.control_mode() == ControlMode::OnDemand
+            || !self.inner.residency.options().budget.is_empty()
     }
 }
 

@@ -233,7 +233,11 @@ impl Engine {
                 }),
         );
         drop(registry);
+        let measured = self.residency_shown();
         for row in &mut rows {
+            if !measured {
+                row.memory_bytes = None;
+            }
             if let (Some(version), Some(traffic)) =
                 (row.version, self.inner.traffic.state(&row.name))
             {

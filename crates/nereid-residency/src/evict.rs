@@ -109,8 +109,8 @@ fn settle(meter: &dyn Meter, place: Place, before: u64, freed: u64) {
 
 fn cannot_fit(loading: Option<&str>, place: Place, limit: u64, used: u64, need: u64) -> Error {
     let what = match loading {
-        Some(model) => format!("model '{model}' needs about {}", human(need)),
-        None => "the models loaded".to_string(),
+        Some(model) if need > 0 => format!("model '{model}' needs about {}", human(need)),
+        _ => "the models loaded need more".to_string(),
     };
     Error::unavailable(format!(
         "{what}, which the {place} memory budget of {} cannot hold: {} is in use by pinned \

@@ -108,8 +108,9 @@ pub struct Residency {
     /// One eviction pass at a time, so two loads do not both evict for
     /// the same room.
     evicting: Mutex<()>,
-    /// The footprint each model last had, to size its next load.
-    footprints: Mutex<HashMap<String, u64>>,
+    /// The footprint each model last had at each place, to size its next
+    /// load there.
+    footprints: Mutex<HashMap<(String, Place), u64>>,
 }
 
 impl Residency {
@@ -179,12 +180,14 @@ impl Residency {
     }
 
     /// Brings the memory in use back under every budget, once models have
-    /// grown (ONNX Runtime's arena grows on first use): evicts what it can
-    /// and says so when that is not enough.
-    pub fn enforce(&self, models: &dyn Models) {
+    /// grown (ONNX Runtime's arena grows on first use, a first load on a
+    /// GPU is not sized before): evicts what it can, sparing `loaded` (the
+    /// model just loaded, which its request is about to use), and says so
+    /// when that is not enough.
+    pub fn enforce(&self, models: &dyn Models, loaded: Option<&str>) {
         let _one = self.evicting.lock();
         for (place, limit) in self.options.budget.places() {
-            match evict::make_room(models, &*self.meter, place, limit, 0, None) {
+            match evict::make_room(models, &*self.meter, place, limit, 0, loaded) {
                 Ok(evicted) => self.counters.evicted(&evicted.models),
                 Err((evicted, error)) => {
                     self.counters.evicted(&evicted.models);
@@ -199,13 +202,31 @@ impl Residency {
         self.counters.loaded(cause, took);
     }
 
-    /// The footprint `model` had when last measured, to size its next load.
-    pub fn estimate(&self, model: &str) -> Option<u64> {
-        self.footprints.lock().get(model).copied()
+    /// The footprint `model` had at `place` when last measured, to size
+    /// its next load there.
+    pub fn estimate(&self, model: &str, place: Place) -> Option<u64> {
+        self.footprints
+            .lock()
+            .get(&(model.to_string(), place))
+            .copied()
     }
 
-    pub fn remember(&self, model: &str, bytes: u64) {
-        self.footprints.lock().insert(model.to_string(), bytes);
+    pub fn remember(&self, model: &str, place: Place, bytes: u64) {
+        self.footprints
+            .lock()
+            .insert((model.to_string(), place), bytes);
+    }
+
+    /// The GPUs that have a budget: a load there is measured.
+    pub fn budgeted_gpus(&self) -> Vec<u32> {
+        self.options
+            .budget
+            .places()
+            .filter_map(|(place, _)| match place {
+                Place::Gpu(id) => Some(id),
+                Place::Host => None,
+            })
+            .collect()
     }
 
     /// A new start for `model` (an operator's load, changed files): a

@@ -6,7 +6,8 @@
 //! batches request by request (failing a request whose first value is
 //! negative, and counting its executions in `Controls::request_wise_calls`),
 //! `panicky` makes an execution whose first value is 666 panic (a faulty
-//! backend).
+//! backend), `gpu N` makes an instance on a GPU hold N bytes of the fake
+//! device layer's memory (its ledger) while it lives.
 
 #![allow(dead_code, reason = "each test binary uses part of the helpers")]
 
@@ -34,6 +35,9 @@ pub struct FakeBackend {
     pub compute_only: bool,
     /// The name of the thread each execution ran on, in order.
     pub threads: Arc<parking_lot::Mutex<Vec<String>>>,
+    /// The fake GPUs' memory, when instances may run on them
+    /// (`Backend::gpu_capable` answers whether there is one).
+    pub ledger: Option<Arc<nereid_device::FakeLedger>>,
 }
 
 struct FakeInstance {
@@ -45,11 +49,16 @@ struct FakeInstance {
     started: crossbeam_channel::Sender<()>,
     live: Arc<AtomicUsize>,
     threads: Arc<parking_lot::Mutex<Vec<String>>>,
+    /// Fake device memory it holds: the ledger, the GPU and the bytes.
+    holds: Option<(Arc<nereid_device::FakeLedger>, u32, u64)>,
 }
 
 impl Drop for FakeInstance {
     fn drop(&mut self) {
         self.live.fetch_sub(1, Ordering::SeqCst);
+        if let Some((ledger, gpu, bytes)) = &self.holds {
+            ledger.free(*gpu, *bytes);
+        }
     }
 }
 
@@ -65,6 +74,9 @@ impl Backend for FakeBackend {
     }
     fn compute_only(&self) -> bool {
         self.compute_only
+    }
+    fn gpu_capable(&self) -> bool {
+        self.ledger.is_some()
     }
     fn inspect(&self, _: &Path) -> Result<ModelIo, BackendError> {
         let spec = |name: &str| IoSpec::new(name, DataType::Int32, vec![-1, 2]);
@@ -88,8 +100,22 @@ impl Backend for FakeBackend {
             .nth(1)
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
+        let gpu_bytes: u64 = text
+            .split_whitespace()
+            .skip_while(|w| *w != "gpu")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let holds = match (&self.ledger, source.device) {
+            (Some(ledger), nereid_core::Device::Gpu(id)) if gpu_bytes > 0 => {
+                ledger.allocate(id, gpu_bytes);
+                Some((Arc::clone(ledger), id, gpu_bytes))
+            }
+            _ => None,
+        };
         self.live.fetch_add(1, Ordering::SeqCst);
         Ok(Box::new(FakeInstance {
+            holds,
             request_wise: text
                 .contains("requestwise")
                 .then(|| Arc::clone(&self.request_wise_calls)),
@@ -194,6 +220,7 @@ pub fn backend() -> (FakeBackend, Controls) {
         request_wise_calls: Arc::clone(&request_wise_calls),
         compute_only: false,
         threads: Arc::clone(&threads),
+        ledger: None,
     };
     (
         backend,
