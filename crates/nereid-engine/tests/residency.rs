@@ -2,6 +2,8 @@
 //! device memory load on demand under a per-GPU budget, and the least
 //! recently used go when a load would pass it.
 
+#![expect(clippy::unwrap_used, reason = "test code")]
+
 mod common;
 
 use std::sync::Arc;
