@@ -209,3 +209,41 @@ def test_memory_comes_back_over_200_load_and_evict_cycles(tmp_path, repo):
         assert samples[1] < samples[0] + 10_000_000, samples  # a tenth of the model
     finally:
         assert stop_server(server) == 0, server.log()
+
+
+def test_a_flood_of_first_requests_for_different_models_loads_them_all(tmp_path, repo):
+    names = [f"m{i}" for i in range(24)]
+    for name in names:
+        simple_copy(repo, name)
+    server = start_server(tmp_path, [repo], ["--model-control-mode=on_demand",
+                                             "--model-load-limit=2"])
+    try:
+        with concurrent.futures.ThreadPoolExecutor(24) as pool:
+            answers = list(pool.map(
+                lambda name: requests.post(f"{server.base}/v2/models/{name}/infer",
+                                           json=simple_request(), timeout=120), names))
+        assert [a.status_code for a in answers] == [200] * len(names)
+        assert metric(server, "nereid_model_loads_total", '{cause="demand"}') == len(names)
+        assert metric(server, "nereid_model_loads_in_progress") == 0
+    finally:
+        assert stop_server(server) == 0, server.log()
+
+
+def test_a_model_deleted_while_evicted_is_unknown(tmp_path, repo):
+    weights_model(repo, "keep", 40, seed=1)
+    weights_model(repo, "gone", 40, seed=2)
+    budget = budget_after(tmp_path, repo, ["keep"], 20_000_000)  # room for one
+    server = start_server(tmp_path, [repo], ["--model-control-mode=on_demand",
+                                             f"--model-memory-budget={budget}"])
+    try:
+        ask_row(server, "gone")
+        ask_row(server, "keep")
+        assert index(server)["gone"].get("state") == "UNAVAILABLE", "evicted for keep"
+        shutil.rmtree(repo / "gone")
+        answer = requests.post(f"{server.base}/v2/models/gone/infer", timeout=30, json={"inputs": [
+            {"name": "INDEX", "datatype": "INT64", "shape": [1], "data": [0]}]})
+        assert answer.status_code == 404, answer.text
+        assert "unknown model" in answer.json()["error"], answer.text
+        np.testing.assert_array_equal(ask_row(server, "keep", 1), expected_row(40, 1, 1))
+    finally:
+        assert stop_server(server) == 0, server.log()
