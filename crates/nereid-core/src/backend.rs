@@ -203,6 +203,25 @@ pub trait Backend: Send + Sync {
     /// Reads the model's declared inputs and outputs.
     fn inspect(&self, model_path: &std::path::Path) -> Result<ModelIo, BackendError>;
 
+    /// What the model declares when served by `config`, which may be
+    /// incomplete (a SavedModel's inputs are those of the signature its
+    /// parameters choose). [`Backend::inspect`] by default.
+    fn inspect_for(
+        &self,
+        _config: &ModelConfig,
+        model_path: &std::path::Path,
+    ) -> Result<ModelIo, BackendError> {
+        self.inspect(model_path)
+    }
+
+    /// Where a version folder keeps the model the config names `file`:
+    /// `<version_dir>/<file>` by default. A backend whose models may also
+    /// fill the version folder itself (TF Serving's SavedModel layout)
+    /// says so here.
+    fn model_path(&self, version_dir: &std::path::Path, file: &str) -> PathBuf {
+        version_dir.join(file)
+    }
+
     /// A backend whose models complete their own config (Triton's Python
     /// backend calls `TritonPythonModel.auto_complete_config`) returns the
     /// completed config here; `None`, the default, means autofill from

@@ -99,7 +99,8 @@ fn by_name(
 }
 
 /// The first backend (in the order given) whose default model file exists
-/// in a version folder, looking at versions in ascending order.
+/// in a version folder (where the backend looks for it: a SavedModel may
+/// fill the version folder itself), looking at versions in ascending order.
 fn by_version_contents(
     model_dir: &Path,
     versions: &BTreeSet<i64>,
@@ -109,7 +110,7 @@ fn by_version_contents(
         let dir = model_dir.join(version.to_string());
         find(backends, |b| {
             let file = b.default_model_filename();
-            !file.is_empty() && dir.join(file).exists()
+            !file.is_empty() && b.model_path(&dir, file).exists()
         })
     })
 }

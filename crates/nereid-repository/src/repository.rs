@@ -203,7 +203,7 @@ impl Repository {
         };
         let gpu_backend = backend.as_ref().is_some_and(|b| b.gpu_capable());
         normalize_and_validate(&mut config, &self.gpus, gpu_backend)?;
-        let versions = self.version_paths(&config, &entry.path, &on_disk)?;
+        let versions = self.version_paths(&config, &entry.path, &on_disk, backend.as_deref())?;
         Ok(ResolvedModel {
             name: config.name.clone(),
             config,
@@ -244,7 +244,7 @@ impl Repository {
         backend: &dyn Backend,
     ) -> Result<(), ModelError> {
         let completes_itself = || {
-            let path = self.newest_model_path(config, model_dir, on_disk)?;
+            let path = self.newest_model_path(config, model_dir, on_disk, backend)?;
             match backend.auto_complete(config, &path) {
                 None => Ok(None),
                 Some(result) => result
@@ -259,9 +259,9 @@ impl Repository {
         if !autofill::needs_model_io(config) {
             return Ok(());
         }
-        let path = self.newest_model_path(config, model_dir, on_disk)?;
+        let path = self.newest_model_path(config, model_dir, on_disk, backend)?;
         let io = backend
-            .inspect(&path)
+            .inspect_for(config, &path)
             .map_err(|source| ModelError::Inspect { path, source })?;
         autofill::autofill(config, &io, self.default_max_batch_size)
     }
@@ -272,6 +272,7 @@ impl Repository {
         config: &ModelConfig,
         model_dir: &Path,
         on_disk: &BTreeSet<i64>,
+        backend: &dyn Backend,
     ) -> Result<PathBuf, ModelError> {
         let policy = config
             .version_policy
@@ -283,7 +284,7 @@ impl Repository {
                 model: config.name.clone(),
             });
         };
-        model_path(model_dir, newest, config)
+        model_path(model_dir, newest, config, Some(backend))
     }
 
     fn version_paths(
@@ -291,6 +292,7 @@ impl Repository {
         config: &ModelConfig,
         model_dir: &Path,
         on_disk: &BTreeSet<i64>,
+        backend: Option<&dyn Backend>,
     ) -> Result<Vec<ResolvedVersion>, ModelError> {
         let policy = config
             .version_policy
@@ -305,7 +307,7 @@ impl Repository {
         selected
             .into_iter()
             .map(|version| {
-                let model_path = model_path(model_dir, version, config)?;
+                let model_path = model_path(model_dir, version, config, backend)?;
                 if !model_path.exists() {
                     // Triton fails the whole load when any selected version fails.
                     return Err(ModelError::MissingModelFile {
@@ -332,7 +334,8 @@ impl ResolvedModel {
             if self.versions.iter().any(|v| v.version == version) {
                 continue;
             }
-            let Ok(model_path) = model_path(model_dir, version, &self.config) else {
+            let Ok(model_path) = model_path(model_dir, version, &self.config, self.backend.as_deref())
+            else {
                 continue;
             };
             if model_dir.join(version.to_string()).is_dir() && model_path.exists() {
@@ -377,15 +380,25 @@ fn check_unique(entry: &ModelEntry) -> Result<(), ModelError> {
 }
 
 /// The version's model file (or folder), which must stay inside the
-/// model's folder.
-fn model_path(model_dir: &Path, version: i64, config: &ModelConfig) -> Result<PathBuf, ModelError> {
+/// model's folder; where in the version folder it lies is the backend's
+/// to say (`Backend::model_path`).
+fn model_path(
+    model_dir: &Path,
+    version: i64,
+    config: &ModelConfig,
+    backend: Option<&dyn Backend>,
+) -> Result<PathBuf, ModelError> {
     let version_dir = version.to_string();
     let checked = match config.default_model_filename.as_str() {
         "" => crate::confine::inside(model_dir, &version_dir),
         // The name may not leave the version folder, nor the version
         // folder (a link) the model's.
         file => crate::confine::inside(&model_dir.join(&version_dir), file)
-            .and_then(|_| crate::confine::inside(model_dir, &format!("{version_dir}/{file}"))),
+            .and_then(|_| crate::confine::inside(model_dir, &format!("{version_dir}/{file}")))
+            .map(|path| match backend {
+                Some(backend) => backend.model_path(&model_dir.join(&version_dir), file),
+                None => path,
+            }),
     };
     checked.map_err(|reason| ModelError::OutsideModel {
         model: config.name.clone(),

@@ -1,5 +1,6 @@
 //! The backends this binary serves with. A backend that is not built in
-//! (the TorchScript one without the `torch` feature) or whose runtime does
+//! (the TorchScript one without the `torch` feature, the SavedModel one
+//! without `tensorflow`) or whose runtime does
 //! not load (ONNX Runtime without its library) is still registered, as an
 //! [`Unavailable`] one, so its models fail with the reason rather than an
 //! "unknown platform".
@@ -23,6 +24,8 @@ use nereid_edge::model_control::{self, Param};
 #[derive(Debug, Clone)]
 pub(crate) struct BackendSettings {
     pub onnxruntime_library: Option<PathBuf>,
+    /// Where TensorFlow's C API is (`--tensorflow-library-dir`).
+    pub tensorflow_library_dir: Option<PathBuf>,
     /// The interpreter Python models' workers run on.
     pub python: PathBuf,
 }
@@ -51,7 +54,13 @@ pub(crate) fn engine(
 fn backends(settings: &BackendSettings) -> (Vec<Arc<dyn Backend>>, Option<Arc<PythonBackend>>) {
     let (python, python_backend) = python(settings);
     (
-        vec![onnx(settings), torch(), python, tensorrt()],
+        vec![
+            onnx(settings),
+            torch(),
+            python,
+            tensorflow(settings),
+            tensorrt(),
+        ],
         python_backend,
     )
 }
@@ -215,6 +224,27 @@ fn torch() -> Arc<dyn Backend> {
         default_model_filename: "model.pt",
         reason: "this nereid is built without TorchScript support; build it with \
                  `--features torch` (`make run TORCH=1` sets that up)"
+            .to_owned(),
+    })
+}
+
+/// SavedModels; the library loads with the first of them, and without it
+/// they fail to load with how to install it.
+#[cfg(feature = "tensorflow")]
+fn tensorflow(settings: &BackendSettings) -> Arc<dyn Backend> {
+    Arc::new(nereid_backend_tensorflow::TensorflowBackend::new(
+        settings.tensorflow_library_dir.clone(),
+    ))
+}
+
+#[cfg(not(feature = "tensorflow"))]
+fn tensorflow(_: &BackendSettings) -> Arc<dyn Backend> {
+    Arc::new(Unavailable {
+        name: "tensorflow",
+        platform: "tensorflow_savedmodel",
+        default_model_filename: "model.savedmodel",
+        reason: "this nereid is built without TensorFlow SavedModel support; build it with \
+                 the `tensorflow` feature (on by default)"
             .to_owned(),
     })
 }

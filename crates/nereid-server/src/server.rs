@@ -39,6 +39,9 @@ pub struct ServerConfig {
     /// How long in-flight requests may take to finish at shutdown.
     pub exit_timeout: Duration,
     pub onnxruntime_library: Option<PathBuf>,
+    /// The folder of TensorFlow's C API (`libtensorflow_cc.so.2`); `None`:
+    /// the loader's path.
+    pub tensorflow_library_dir: Option<PathBuf>,
     /// The interpreter Python models' workers run on.
     pub python: PathBuf,
     /// The log settings `/v2/logging` and `LogSettings` read and change.
@@ -149,6 +152,7 @@ async fn engine(config: &ServerConfig) -> anyhow::Result<Engine> {
         config.model_control.clone(),
         &BackendSettings {
             onnxruntime_library: config.onnxruntime_library.clone(),
+            tensorflow_library_dir: config.tensorflow_library_dir.clone(),
             python: config.python.clone(),
         },
     );

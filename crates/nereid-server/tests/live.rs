@@ -42,6 +42,7 @@ async fn start() -> (RunningServer, String) {
         metrics_options: Default::default(),
         exit_timeout: Duration::from_secs(5),
         onnxruntime_library: std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from),
+        tensorflow_library_dir: std::env::var_os("TENSORFLOW_DIR").map(PathBuf::from),
         python: python(),
         logging: Default::default(),
         trace: Default::default(),

@@ -88,6 +88,11 @@ pub struct BatchArgs {
     #[arg(long, env = "ORT_DYLIB_PATH", value_name = "PATH")]
     pub onnxruntime_library: Option<PathBuf>,
 
+    /// The folder holding TensorFlow's C API (libtensorflow_cc.so.2), for
+    /// SavedModels. Default: the loader's path.
+    #[arg(long, env = "TENSORFLOW_DIR", value_name = "DIR")]
+    pub tensorflow_library_dir: Option<PathBuf>,
+
     /// A backend setting, `<backend>,<key>=<value>`, as the server takes
     /// them: `python,python-path=PATH` names the interpreter of Python
     /// models' workers.
@@ -183,6 +188,7 @@ impl BatchArgs {
             },
             backends: BackendSettings {
                 onnxruntime_library: self.onnxruntime_library,
+                tensorflow_library_dir: self.tensorflow_library_dir,
                 python: python_path(&self.backend_config)?,
             },
             job,

@@ -186,6 +186,12 @@ pub struct Args {
     #[arg(long, env = "ORT_DYLIB_PATH", value_name = "PATH")]
     pub onnxruntime_library: Option<PathBuf>,
 
+    /// The folder holding TensorFlow's C API (libtensorflow_cc.so.2 and
+    /// libtensorflow_framework.so.2), for SavedModels; scripts/setup-tensorflow.sh
+    /// installs it and prints the folder. Default: the loader's path.
+    #[arg(long, env = "TENSORFLOW_DIR", value_name = "DIR")]
+    pub tensorflow_library_dir: Option<PathBuf>,
+
     /// A backend setting, `<backend>,<key>=<value>`, as tritonserver takes
     /// them; repeat for several. Nereid reads `python,python-path=PATH`:
     /// the interpreter (with numpy) that runs Python models' workers
@@ -353,6 +359,7 @@ impl Args {
             )?,
             exit_timeout: Duration::from_secs(self.exit_timeout_secs),
             onnxruntime_library: self.onnxruntime_library,
+            tensorflow_library_dir: self.tensorflow_library_dir,
             python: python_path(&self.backend_config)?,
             logging: Default::default(),
             trace: trace_options(&self.trace_config, &self.deprecated_trace)?,
