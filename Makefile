@@ -23,18 +23,25 @@ export LIBTORCH
 TORCH ?=
 RUN_FEATURES := $(if $(TORCH),--features nereid-server/torch,)
 TEST_FEATURES := --features nereid-server/torch
+# `make run TF=1` installs TensorFlow's C API (the tensorflow-cpu wheel's two
+# libraries, in .tools/tensorflow) and points the server at it, so
+# SavedModels serve; the SavedModel backend itself is always built in.
+TF ?=
+TENSORFLOW_DIR = $(if $(TF),$(shell scripts/setup-tensorflow.sh),)
 RUN_REPOSITORIES := --model-repository model_repository $(if $(TORCH),--model-repository model_repository_torch,)
 DEFAULT_REPOSITORY := $(if $(findstring --model-repository,$(ARGS)),,$(RUN_REPOSITORIES))
 # Python models' workers run on the venv `make run` sets up (it has numpy).
 PYTHON_BACKEND := $(if $(findstring python-path,$(ARGS)),,--backend-config=python,python-path=$(CURDIR)/$(PYTHON))
 
-.PHONY: run test setup setup-test setup-torch setup-gpu gpu-check release build models torch-models lint fmt unit-test python-test perf-smoke bench fuzz clean
+.PHONY: run test setup setup-test setup-torch setup-tensorflow setup-gpu gpu-check release build models torch-models lint fmt unit-test python-test perf-smoke bench fuzz clean
 
 ## Serve model_repository/ on HTTP 8000, gRPC 8001, metrics 8002
 ## (TORCH=1: with TorchScript support, and model_repository_torch/ too;
+## TF=1: with TensorFlow's C API for SavedModels;
 ## GPU=1: with ONNX Runtime's and, with TORCH=1, libtorch's CUDA libraries).
 run: setup $(if $(TORCH),setup-torch,) $(if $(GPU),setup-gpu,) release
 	LD_LIBRARY_PATH="$(CUDA_LIBRARY_PATH)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
+		$(if $(TF),TENSORFLOW_DIR="$(TENSORFLOW_DIR)",) \
 		$(TARGET_DIR)/release/nereid $(DEFAULT_REPOSITORY) $(PYTHON_BACKEND) $(ARGS)
 
 ## Set up what the tests need and run them all.
@@ -43,7 +50,7 @@ test: setup-test lint unit-test python-test perf-smoke
 setup:
 	scripts/setup-python.sh
 
-setup-test: setup setup-torch
+setup-test: setup setup-torch setup-tensorflow
 	scripts/setup-perf-analyzer.sh
 	scripts/setup-prometheus.sh
 	scripts/setup-redis.sh
@@ -54,6 +61,12 @@ setup-test: setup setup-torch
 
 setup-torch: setup
 	scripts/setup-libtorch.sh >/dev/null
+
+## TensorFlow's C API in .tools/tensorflow, and a tensorflow-cpu venv in
+## .tools/tf-venv that the tests write SavedModels with (one 270 MB download).
+setup-tensorflow: setup
+	scripts/setup-tensorflow.sh >/dev/null
+	scripts/setup-tensorflow-python.sh >/dev/null
 
 setup-gpu: setup
 	scripts/setup-ort-gpu.sh >/dev/null

@@ -159,3 +159,37 @@ impl Backend for TensorflowBackend {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_library_a_load_says_how_to_install_it() {
+        let backend = TensorflowBackend::new(Some(PathBuf::from("/nonexistent/tensorflow")));
+        let err = backend.runtime_version().unwrap_err().to_string();
+        assert!(err.contains("libtensorflow_cc.so.2"), "{err}");
+        assert!(err.contains("scripts/setup-tensorflow.sh"), "{err}");
+        assert!(err.contains("'/nonexistent/tensorflow'"), "{err}");
+    }
+
+    #[test]
+    fn a_version_folder_holding_saved_model_pb_is_the_model() {
+        let backend = TensorflowBackend::new(None);
+        let version = tempfile::tempdir().unwrap();
+        let triton = version.path().join(DEFAULT_MODEL_FILENAME);
+        assert_eq!(backend.model_path(version.path(), DEFAULT_MODEL_FILENAME), triton);
+        std::fs::write(version.path().join(SAVED_MODEL_FILE), b"").unwrap();
+        assert_eq!(
+            backend.model_path(version.path(), DEFAULT_MODEL_FILENAME),
+            version.path(),
+            "TF Serving's layout"
+        );
+        std::fs::create_dir(&triton).unwrap();
+        assert_eq!(
+            backend.model_path(version.path(), DEFAULT_MODEL_FILENAME),
+            triton,
+            "Triton's layout wins when both are there"
+        );
+    }
+}
