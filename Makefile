@@ -27,7 +27,7 @@ TEST_FEATURES := --features nereid-server/torch
 # libraries, in .tools/tensorflow) and points the server at it, so
 # SavedModels serve; the SavedModel backend itself is always built in.
 TF ?=
-TENSORFLOW_DIR = $(if $(TF),$(shell scripts/setup-tensorflow.sh),)
+TF_LIBRARY = $(if $(TF),--tensorflow-library-dir=$(shell scripts/setup-tensorflow.sh),)
 RUN_REPOSITORIES := --model-repository model_repository $(if $(TORCH),--model-repository model_repository_torch,)
 DEFAULT_REPOSITORY := $(if $(findstring --model-repository,$(ARGS)),,$(RUN_REPOSITORIES))
 # Python models' workers run on the venv `make run` sets up (it has numpy).
@@ -41,8 +41,7 @@ PYTHON_BACKEND := $(if $(findstring python-path,$(ARGS)),,--backend-config=pytho
 ## GPU=1: with ONNX Runtime's and, with TORCH=1, libtorch's CUDA libraries).
 run: setup $(if $(TORCH),setup-torch,) $(if $(GPU),setup-gpu,) release
 	LD_LIBRARY_PATH="$(CUDA_LIBRARY_PATH)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
-		$(if $(TF),TENSORFLOW_DIR="$(TENSORFLOW_DIR)",) \
-		$(TARGET_DIR)/release/nereid $(DEFAULT_REPOSITORY) $(PYTHON_BACKEND) $(ARGS)
+		$(TARGET_DIR)/release/nereid $(DEFAULT_REPOSITORY) $(PYTHON_BACKEND) $(TF_LIBRARY) $(ARGS)
 
 ## Set up what the tests need and run them all.
 test: setup-test lint unit-test python-test perf-smoke

@@ -71,6 +71,9 @@ WAYS: dict[tuple[str, str], RunBy | NotHere] = {
     ("README.md", "export LIBTORCH="): here("test_the_readme_torchscript_commands_run_as_written"),
     ("README.md", "cargo build --release --bin nereid --features nereid-server/torch"):
         NotHere("a release build (minutes on two cores); make test builds the same features in debug"),
+    ("README.md", "make run TF=1"): here("test_the_readme_tensorflow_commands_run_as_written"),
+    ("README.md", "curl -s localhost:8000/v2/models/tf_serving"):
+        here("test_the_readme_tensorflow_commands_run_as_written"),
     ("README.md", "make run GPU=1"): NO_GPU,
     ("README.md", "make run TORCH=1 GPU=1"): NO_GPU,
     ("README.md", 'make run ARGS="--model-repository /models --model-control-mode explicit'):
@@ -234,6 +237,23 @@ def test_the_readme_torchscript_commands_run_as_written(tmp_path):
         for model in ("add_sub_torch", "mlp_torch"):
             assert requests.get(f"http://127.0.0.1:{shell.ports[8000]}/v2/models/{model}/ready",
                                 timeout=30).status_code == 200, server.log()
+    finally:
+        server.stop()
+
+
+def test_the_readme_tensorflow_commands_run_as_written(tmp_path):
+    python = subprocess.run([str(REPO_ROOT / "scripts/setup-tensorflow-python.sh")], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    subprocess.run([python, str(REPO_ROOT / "tests/python/make_savedmodels.py"), str(tmp_path / "tf"),
+                    str(tmp_path / "answers.npz")], check=True, capture_output=True)
+    shell = Shell.make(tmp_path, paths={"/models/tf": str(tmp_path / "tf")})
+    server = shell.serve(find("README.md", "make run TF=1"))
+    try:
+        config = json.loads(shell.ok(find("README.md", "curl -s localhost:8000/v2/models/tf_serving/config")))
+        assert (config["platform"], config["max_batch_size"]) == ("tensorflow_savedmodel", 4), config
+        assert [i["name"] for i in config["input"]] == ["x"], config
+        answer = json.loads(shell.ok(find("README.md", "curl -s localhost:8000/v2/models/tf_serving/infer")))
+        assert answer["outputs"][0]["name"] == "y" and answer["outputs"][0]["shape"] == [1, 3], answer
     finally:
         server.stop()
 
