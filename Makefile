@@ -111,6 +111,7 @@ bench: setup-test release
 	benches/cloud_repository.sh
 	benches/kafka.sh
 	benches/instructions.sh
+	benches/tensorflow.sh
 	@if [ -n "$$TRITON_BACKEND_DIR" ]; then benches/latency_target.sh; \
 	else echo "benches/latency_target.sh skipped: it needs TRITON_BACKEND_DIR (Triton's native ONNX Runtime backend)"; fi
 

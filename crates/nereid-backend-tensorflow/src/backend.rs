@@ -99,15 +99,15 @@ impl Backend for TensorflowBackend {
 
     /// The signature the config's parameters choose (or Triton's default),
     /// read from `saved_model.pb`: no library needed.
-    fn inspect_for(&self, config: &ModelConfig, model_path: &Path) -> Result<ModelIo, BackendError> {
+    fn inspect_for(
+        &self,
+        config: &ModelConfig,
+        model_path: &Path,
+    ) -> Result<ModelIo, BackendError> {
         let settings = Settings::from_config(config)?;
-        signature::read_signature(
-            model_path,
-            &settings.tag,
-            settings.signature.as_deref(),
-        )
-        .map(|s| s.model_io())
-        .map_err(|e| BackendError::Load(e.to_string()))
+        signature::read_signature(model_path, &settings.tag, settings.signature.as_deref())
+            .map(|s| s.model_io())
+            .map_err(|e| BackendError::Load(e.to_string()))
     }
 
     fn load(&self, source: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError> {
@@ -122,16 +122,22 @@ impl Backend for TensorflowBackend {
         let settings = Settings::from_config(&source.config)?;
         // `model.savedmodel/`, or the version folder in TF Serving's layout.
         let dir = source.model_path.as_path();
-        let signature = signature::read_signature(dir, &settings.tag, settings.signature.as_deref())
-            .map_err(|e| BackendError::Load(format!("{label}: {e}")))?;
+        let signature =
+            signature::read_signature(dir, &settings.tag, settings.signature.as_deref())
+                .map_err(|e| BackendError::Load(format!("{label}: {e}")))?;
         let (inputs, outputs) = binding::check(&source.config, &signature)?;
-        let session = Session::load(Arc::clone(&api), dir, &settings.tag, &settings.session_config())
-            .map_err(|e| {
-                BackendError::Load(format!(
-                    "{label}: TensorFlow cannot load the SavedModel '{}': {e}",
-                    dir.display()
-                ))
-            })?;
+        let session = Session::load(
+            Arc::clone(&api),
+            dir,
+            &settings.tag,
+            &settings.session_config(),
+        )
+        .map_err(|e| {
+            BackendError::Load(format!(
+                "{label}: TensorFlow cannot load the SavedModel '{}': {e}",
+                dir.display()
+            ))
+        })?;
         let bind = |checked: Vec<binding::Checked>| {
             checked
                 .into_iter()
@@ -178,7 +184,10 @@ mod tests {
         let backend = TensorflowBackend::new(None);
         let version = tempfile::tempdir().unwrap();
         let triton = version.path().join(DEFAULT_MODEL_FILENAME);
-        assert_eq!(backend.model_path(version.path(), DEFAULT_MODEL_FILENAME), triton);
+        assert_eq!(
+            backend.model_path(version.path(), DEFAULT_MODEL_FILENAME),
+            triton
+        );
         std::fs::write(version.path().join(SAVED_MODEL_FILE), b"").unwrap();
         assert_eq!(
             backend.model_path(version.path(), DEFAULT_MODEL_FILENAME),

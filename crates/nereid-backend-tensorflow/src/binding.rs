@@ -38,7 +38,11 @@ pub(crate) fn check(
         .iter()
         .map(|input| {
             let dims = input.reshape.as_ref().map_or(&input.dims, |r| &r.shape);
-            let io = Io { model, direction: "input", batching };
+            let io = Io {
+                model,
+                direction: "input",
+                batching,
+            };
             io.check(signature, &input.name, input.data_type, dims)
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -47,7 +51,11 @@ pub(crate) fn check(
         .iter()
         .map(|output| {
             let dims = output.reshape.as_ref().map_or(&output.dims, |r| &r.shape);
-            let io = Io { model, direction: "output", batching };
+            let io = Io {
+                model,
+                direction: "output",
+                batching,
+            };
             io.check(signature, &output.name, output.data_type, dims)
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -88,7 +96,10 @@ impl Io<'_> {
             return Err(invalid(format!(
                 "unable to load model '{}', configuration expects datatype {} for {} '{name}', model provides TYPE_{}",
                 self.model,
-                wanted.map_or("TYPE_INVALID".to_owned(), |d| format!("TYPE_{}", config_name(d))),
+                wanted.map_or("TYPE_INVALID".to_owned(), |d| format!(
+                    "TYPE_{}",
+                    config_name(d)
+                )),
                 self.direction,
                 config_name(tensor.datatype)
             )));
@@ -132,7 +143,11 @@ impl Io<'_> {
             self.model,
             model_dims.len(),
             full.len(),
-            if self.batching { ", with the batch dimension max_batch_size > 0 adds" } else { "" }
+            if self.batching {
+                ", with the batch dimension max_batch_size > 0 adds"
+            } else {
+                ""
+            }
         )))
     }
 }
@@ -195,7 +210,8 @@ mod tests {
 
     #[test]
     fn binds_keys_to_graph_tensors() {
-        let (inputs, outputs) = check(&config(8, &[4], ConfigType::TypeFp32), &signature()).unwrap();
+        let (inputs, outputs) =
+            check(&config(8, &[4], ConfigType::TypeFp32), &signature()).unwrap();
         assert_eq!(inputs[0].graph_tensor, "serving_default_x:0");
         assert_eq!(outputs[0].name, "y");
     }
@@ -203,18 +219,30 @@ mod tests {
     #[test]
     fn refuses_what_triton_refuses() {
         let err = check(&config(8, &[5], ConfigType::TypeFp32), &signature()).unwrap_err();
-        assert!(err.to_string().contains("the model expects 2 dimensions (shape [-1, 4])"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("the model expects 2 dimensions (shape [-1, 4])"),
+            "{err}"
+        );
         let err = check(&config(8, &[4], ConfigType::TypeInt32), &signature()).unwrap_err();
         assert!(
-            err.to_string().contains("configuration expects datatype TYPE_INT32 for input 'x', model provides TYPE_FP32"),
+            err.to_string().contains(
+                "configuration expects datatype TYPE_INT32 for input 'x', model provides TYPE_FP32"
+            ),
             "{err}"
         );
         let mut extra = config(8, &[4], ConfigType::TypeFp32);
         extra.output[0].name = "z".into();
         let err = check(&extra, &signature()).unwrap_err();
-        assert_eq!(err.to_string(), "unexpected inference output 'z', allowed outputs are: y");
+        assert_eq!(
+            err.to_string(),
+            "unexpected inference output 'z', allowed outputs are: y"
+        );
         let mut no_batch = config(0, &[-1, 4], ConfigType::TypeFp32);
         no_batch.output[0].dims = vec![2, 3];
-        assert!(check(&no_batch, &signature()).is_ok(), "-1 in the model matches any size");
+        assert!(
+            check(&no_batch, &signature()).is_ok(),
+            "-1 in the model matches any size"
+        );
     }
 }

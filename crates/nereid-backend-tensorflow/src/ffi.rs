@@ -216,7 +216,12 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// Loads the SavedModel in `dir`, graph tagged `tag`, with `config` (a
     /// serialized `ConfigProto`; empty: TensorFlow's defaults).
-    pub(crate) fn load(api: Arc<Api>, dir: &Path, tag: &str, config: &[u8]) -> Result<Self, String> {
+    pub(crate) fn load(
+        api: Arc<Api>,
+        dir: &Path,
+        tag: &str,
+        config: &[u8],
+    ) -> Result<Self, String> {
         let dir = c_string(&dir.to_string_lossy())?;
         let tag = c_string(tag)?;
         let f = &api.functions;
@@ -364,7 +369,9 @@ impl OwnedTensor {
             (api.functions.allocate_tensor)(dtype, dims.as_ptr(), len(dims.len())?, bytes)
         };
         if raw.is_null() {
-            return Err(format!("TensorFlow could not allocate a tensor of {bytes} bytes"));
+            return Err(format!(
+                "TensorFlow could not allocate a tensor of {bytes} bytes"
+            ));
         }
         Ok(OwnedTensor {
             api: Arc::clone(api),
@@ -374,7 +381,12 @@ impl OwnedTensor {
     }
 
     /// A tensor of fixed-size elements holding a copy of `data`.
-    pub(crate) fn fixed(api: &Arc<Api>, dtype: c_int, dims: &[i64], data: &[u8]) -> Result<Self, String> {
+    pub(crate) fn fixed(
+        api: &Arc<Api>,
+        dtype: c_int,
+        dims: &[i64],
+        data: &[u8],
+    ) -> Result<Self, String> {
         let tensor = Self::allocate(api, dtype, dims, data.len())?;
         if tensor.byte_size() != data.len() {
             return Err(format!(
@@ -392,7 +404,11 @@ impl OwnedTensor {
     }
 
     /// A `tf.string` tensor of `elements`.
-    pub(crate) fn strings(api: &Arc<Api>, dims: &[i64], elements: &[&[u8]]) -> Result<Self, String> {
+    pub(crate) fn strings(
+        api: &Arc<Api>,
+        dims: &[i64],
+        elements: &[&[u8]],
+    ) -> Result<Self, String> {
         let size = std::mem::size_of::<TfTString>();
         let mut tensor = Self::allocate(api, TF_STRING, dims, elements.len() * size)?;
         if tensor.byte_size() != elements.len() * size {
@@ -424,7 +440,11 @@ impl OwnedTensor {
     pub(crate) fn dims(&self) -> Vec<i64> {
         let f = &self.api.functions;
         // SAFETY: the tensor is live and `i` is below its rank.
-        unsafe { (0..(f.num_dims)(self.raw)).map(|i| (f.dim)(self.raw, i)).collect() }
+        unsafe {
+            (0..(f.num_dims)(self.raw))
+                .map(|i| (f.dim)(self.raw, i))
+                .collect()
+        }
     }
 
     fn byte_size(&self) -> usize {

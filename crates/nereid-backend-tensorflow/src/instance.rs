@@ -72,9 +72,15 @@ impl TensorflowInstance {
                         .map_err(|e| self.error(format_args!("input '{}': {e}", bound.name)))?;
                     OwnedTensor::strings(&self.api, &tensor.shape, &elements)
                 } else {
-                    OwnedTensor::fixed(&self.api, dtype(tensor.datatype), &tensor.shape, &tensor.data)
+                    OwnedTensor::fixed(
+                        &self.api,
+                        dtype(tensor.datatype),
+                        &tensor.shape,
+                        &tensor.data,
+                    )
                 };
-                let value = value.map_err(|e| self.error(format_args!("input '{}': {e}", bound.name)))?;
+                let value =
+                    value.map_err(|e| self.error(format_args!("input '{}': {e}", bound.name)))?;
                 Ok((bound.graph, value))
             })
             .collect()

@@ -188,7 +188,10 @@ mod tests {
             "model 'm': parameter 'TF_NUM_INTRA_THREADS' is '-1', expected a non-negative number"
         );
         let err = Settings::from_config(&config(&[("MAX_SESSION_SHARE_COUNT", "0")])).unwrap_err();
-        assert!(err.to_string().contains("'MAX_SESSION_SHARE_COUNT' is '0'"), "{err}");
+        assert!(
+            err.to_string().contains("'MAX_SESSION_SHARE_COUNT' is '0'"),
+            "{err}"
+        );
         let err = Settings::from_config(&config(&[("TF_INIT_OPS_FILE", "init.pb")])).unwrap_err();
         assert!(matches!(err, BackendError::Unsupported(_)), "{err}");
     }

@@ -161,7 +161,11 @@ pub(crate) fn read_signature(
 
 fn graph_tagged(saved: SavedModelProto, tag: &str) -> Result<MetaGraphProto, SignatureError> {
     let tags = |g: &MetaGraphProto| g.meta_info_def.clone().unwrap_or_default().tags;
-    let available: Vec<String> = saved.meta_graphs.iter().map(|g| tags(g).join("+")).collect();
+    let available: Vec<String> = saved
+        .meta_graphs
+        .iter()
+        .map(|g| tags(g).join("+"))
+        .collect();
     saved
         .meta_graphs
         .into_iter()

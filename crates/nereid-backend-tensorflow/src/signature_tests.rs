@@ -11,7 +11,10 @@ fn info(name: &str, dtype: i32, dims: Option<&[i64]>) -> TensorInfoProto {
     }
 }
 
-fn signature_proto(inputs: &[(&str, TensorInfoProto)], outputs: &[(&str, TensorInfoProto)]) -> SignatureProto {
+fn signature_proto(
+    inputs: &[(&str, TensorInfoProto)],
+    outputs: &[(&str, TensorInfoProto)],
+) -> SignatureProto {
     let map = |entries: &[(&str, TensorInfoProto)]| {
         entries
             .iter()
@@ -53,7 +56,10 @@ fn dense() -> SignatureProto {
 #[test]
 fn reads_serving_default_with_keys_types_and_shapes() {
     let other = signature_proto(&[("s", info("s:0", 7, None))], &[]);
-    let dir = saved_model(&["serve"], &[("serving_default", dense()), ("other", other)]);
+    let dir = saved_model(
+        &["serve"],
+        &[("serving_default", dense()), ("other", other)],
+    );
     let signature = read_signature(dir.path(), "serve", None).unwrap();
     assert_eq!(signature.key, "serving_default");
     assert_eq!(
@@ -68,8 +74,14 @@ fn reads_serving_default_with_keys_types_and_shapes() {
 
 #[test]
 fn a_named_signature_is_served_and_strings_are_bytes() {
-    let words = signature_proto(&[("s", info("s:0", 7, None))], &[("n", info("n:0", 3, Some(&[])))]);
-    let dir = saved_model(&["serve"], &[("serving_default", dense()), ("words", words)]);
+    let words = signature_proto(
+        &[("s", info("s:0", 7, None))],
+        &[("n", info("n:0", 3, Some(&[])))],
+    );
+    let dir = saved_model(
+        &["serve"],
+        &[("serving_default", dense()), ("words", words)],
+    );
     let signature = read_signature(dir.path(), "serve", Some("words")).unwrap();
     assert_eq!(signature.inputs[0].datatype, DataType::Bytes);
     assert_eq!(signature.inputs[0].dims, None, "unknown rank");
@@ -86,9 +98,15 @@ fn without_serving_default_the_first_serving_signature_is_taken() {
     let init = signature_proto(&[], &[]);
     let dir = saved_model(
         &["serve"],
-        &[("__saved_model_init_op", init.clone()), ("predict", dense())],
+        &[
+            ("__saved_model_init_op", init.clone()),
+            ("predict", dense()),
+        ],
     );
-    assert_eq!(read_signature(dir.path(), "serve", None).unwrap().key, "predict");
+    assert_eq!(
+        read_signature(dir.path(), "serve", None).unwrap().key,
+        "predict"
+    );
     let dir = saved_model(&["serve"], &[("__saved_model_init_op", init)]);
     assert_eq!(
         read_signature(dir.path(), "serve", None).unwrap_err(),

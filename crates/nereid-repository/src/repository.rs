@@ -334,7 +334,8 @@ impl ResolvedModel {
             if self.versions.iter().any(|v| v.version == version) {
                 continue;
             }
-            let Ok(model_path) = model_path(model_dir, version, &self.config, self.backend.as_deref())
+            let Ok(model_path) =
+                model_path(model_dir, version, &self.config, self.backend.as_deref())
             else {
                 continue;
             };
