@@ -56,7 +56,7 @@ ceiling
 
 read -r http grpc metrics <<<"$(free_ports)"
 "$nereid_bin" --model-repository model_repository --model-repository "$work/repo" \
-  --tensorflow-library-dir "$library" \
+  --tensorflow-library-dir "$library" --backend-config="python,python-path=$root/.venv/bin/python" \
   --http-port "$http" --grpc-port "$grpc" --metrics-port "$metrics" --http-address 127.0.0.1 \
   --grpc-address 127.0.0.1 --metrics-address 127.0.0.1 >"$work/nereid.log" 2>&1 &
 pid=$!
@@ -73,7 +73,9 @@ for ((round = 1; round <= rounds; round++)); do
         -f "$work/results/$name.csv" >"$work/results/$name.log" 2>&1; then
         cpu_env_per_inference "$before" "$(cpu_point "$pid" "$http" "$model")" >"$work/results/$name.cpu" ||
           rm -f "$work/results/$name.cpu"
-        log "$name: $(awk -F, 'NR == 2 { printf "%.0f infer/s, p50 %d us", $2, $7 }' "$work/results/$name.csv")"
+        log "$name: $(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i }
+          NR == 2 { printf "%.0f infer/s, p50 %d us", $col["Inferences/Second"], $col["p50 latency"] }' \
+          "$work/results/$name.csv")"
       else
         log "$name: perf_analyzer failed: $(tail -n 2 "$work/results/$name.log" | tr '\n' ' ')"
         rm -f "$work/results/$name.csv"

@@ -68,14 +68,15 @@ def savedmodel(weights_file: str, repo: str) -> None:
         model.add(dense)
         dense.set_weights([w[f"w{i}"], w[f"b{i}"]])
 
-    @tf.function(input_signature=[tf.TensorSpec([None, 256], tf.float32, name="INPUT")])
-    def serve(x):
-        return {"OUTPUT": model(x)}
-
-    module = tf.Module()
-    module.model = model
+    # Keras's own exporter tracks the model's variables, so the SavedModel
+    # loads in a session (TensorFlow's C API, as Triton loads it); a
+    # tf.Module holding the model and a tf.function of its own does not.
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serving_default", lambda x: {"OUTPUT": model(x)},
+                         input_signature=[tf.TensorSpec([None, 256], tf.float32, name="INPUT")])
     folder = Path(repo) / "mlp_tf"
-    tf.saved_model.save(module, str(folder / "1/model.savedmodel"), signatures={"serving_default": serve})
+    archive.write_out(str(folder / "1/model.savedmodel"))
     (folder / "config.pbtxt").write_text(CONFIG)
 
 

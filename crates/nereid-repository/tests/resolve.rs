@@ -498,3 +498,97 @@ fn a_backend_may_let_its_models_complete_their_config() {
         "strict: nothing is completed"
     );
 }
+
+/// A backend like the SavedModel one: its model may fill the version
+/// folder itself (TF Serving's layout), and what it declares depends on
+/// the config (the signature its parameters name).
+struct FillsVersionFolder;
+
+impl Backend for FillsVersionFolder {
+    fn name(&self) -> &'static str {
+        "tensorflow"
+    }
+    fn platform(&self) -> &'static str {
+        "tensorflow_savedmodel"
+    }
+    fn default_model_filename(&self) -> &'static str {
+        "model.savedmodel"
+    }
+    fn model_path(&self, version_dir: &std::path::Path, file: &str) -> PathBuf {
+        if version_dir.join("saved_model.pb").is_file() {
+            version_dir.to_path_buf()
+        } else {
+            version_dir.join(file)
+        }
+    }
+    fn inspect(&self, _: &std::path::Path) -> Result<ModelIo, nereid_core::BackendError> {
+        panic!("inspect_for is what the repository calls")
+    }
+    fn inspect_for(
+        &self,
+        config: &nereid_core::model_config::ModelConfig,
+        model_path: &std::path::Path,
+    ) -> Result<ModelIo, nereid_core::BackendError> {
+        assert!(
+            model_path.join("saved_model.pb").is_file(),
+            "{model_path:?}"
+        );
+        let output = match config.parameters.get("TF_SIGNATURE_DEF") {
+            Some(p) => p.string_value.clone(),
+            None => "y".to_owned(),
+        };
+        Ok(ModelIo {
+            inputs: vec![spec("x", DataType::Fp32, &[-1, 4])],
+            outputs: vec![spec(&output, DataType::Fp32, &[-1, 3])],
+        })
+    }
+    fn load(
+        &self,
+        _: &nereid_core::ModelSource,
+    ) -> Result<Box<dyn nereid_core::ModelInstance>, nereid_core::BackendError> {
+        Err(nereid_core::BackendError::Unsupported("fake".into()))
+    }
+}
+
+#[test]
+fn a_backend_may_keep_its_model_in_the_version_folder_and_inspect_by_config() {
+    let root = tempfile::tempdir().unwrap();
+    write_tree(
+        root.path(),
+        &[
+            ("served/1/saved_model.pb", ""),
+            ("served/2/saved_model.pb", ""),
+            ("served/2/variables/variables.index", ""),
+            (
+                "named/config.pbtxt",
+                "parameters { key: \"TF_SIGNATURE_DEF\" value: { string_value: \"z\" } }",
+            ),
+            ("named/1/model.savedmodel/saved_model.pb", ""),
+        ],
+    );
+    let mut all = backends();
+    all.push(Arc::new(FillsVersionFolder));
+    let repo = Repository::new(vec![root.path().into()], false);
+    let served = repo.resolve(&entry(root.path(), "served"), &all).unwrap();
+    assert_eq!(
+        served.config.platform, "tensorflow_savedmodel",
+        "chosen by what version 2 holds"
+    );
+    assert_eq!(
+        served.versions,
+        vec![ResolvedVersion {
+            version: 2,
+            model_path: root.path().join("served/2"),
+        }]
+    );
+    assert_eq!(served.config.max_batch_size, 4);
+    let named = repo.resolve(&entry(root.path(), "named"), &all).unwrap();
+    assert_eq!(
+        named.config.output[0].name, "z",
+        "inspected with the config's parameters"
+    );
+    assert_eq!(
+        named.versions[0].model_path,
+        root.path().join("named/1/model.savedmodel")
+    );
+}
