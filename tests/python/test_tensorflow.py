@@ -55,8 +55,14 @@ def add_configured_models(repo: Path) -> None:
         "tf_dense_batched": 'max_batch_size: 8\n'
                             'dynamic_batching { max_queue_delay_microseconds: 200000 }\n'
                             'instance_group [ { count: 1 kind: KIND_CPU } ]\n',
+        # The thread parameters go into the session's ConfigProto, which
+        # TensorFlow parses: a wrong encoding would fail the load.
         "tf_dense_cached": 'max_batch_size: 4\nresponse_cache { enable: true }\n'
-                           'instance_group [ { count: 3 kind: KIND_CPU } ]\n',
+                           'instance_group [ { count: 3 kind: KIND_CPU } ]\n'
+                           'parameters { key: "TF_NUM_INTRA_THREADS" value: { string_value: "1" } }\n'
+                           'parameters { key: "TF_NUM_INTER_THREADS" value: { string_value: "1" } }\n'
+                           'parameters { key: "TF_USE_PER_SESSION_THREADS" value: { string_value: "true" } }\n',
+        "tf_wrong_tag": 'parameters { key: "TF_GRAPH_TAG" value: { string_value: "gpu" } }\n',
     }.items():
         shutil.copytree(repo / "tf_dense", repo / name)
         (repo / name / "config.pbtxt").write_text('platform: "tensorflow_savedmodel"\n' + config)
@@ -86,6 +92,8 @@ def srv(made, library_dir, tmp_path_factory):
         "--strict-model-config=false", f"--tensorflow-library-dir={library_dir}",
         "--model-control-mode=poll", "--repository-poll-secs=1",
         "--cache-config=local,size=1048576",
+        # tf_wrong_tag is meant to fail; the rest must serve regardless.
+        "--exit-on-error=false", "--strict-readiness=false",
     ])
     yield server
     assert stop_server(server) == 0, server.log()
@@ -236,6 +244,11 @@ def test_a_config_that_does_not_match_the_signature_is_refused(srv, made):
         'output [ { name: "y" data_type: TYPE_FP32 dims: [ 3 ] } ]\n')
     reason = wait_until(lambda: index(srv).get("tf_wrong", {}).get("reason"), "tf_wrong's failure")
     assert "configuration expects datatype TYPE_INT32 for input 'x', model provides TYPE_FP32" in reason
+
+
+def test_a_graph_tag_the_savedmodel_lacks_is_named(srv):
+    reason = index(srv)["tf_wrong_tag"].get("reason", "")
+    assert "the SavedModel has no graph tagged 'gpu' (it has 'serve')" in reason, reason
 
 
 # --- without the library ------------------------------------------------------

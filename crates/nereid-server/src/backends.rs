@@ -238,7 +238,10 @@ fn tensorflow(settings: &BackendSettings) -> Arc<dyn Backend> {
 }
 
 #[cfg(not(feature = "tensorflow"))]
-fn tensorflow(_: &BackendSettings) -> Arc<dyn Backend> {
+fn tensorflow(settings: &BackendSettings) -> Arc<dyn Backend> {
+    if let Some(dir) = &settings.tensorflow_library_dir {
+        tracing::warn!(dir = %dir.display(), "--tensorflow-library-dir is ignored: this nereid is built without the `tensorflow` feature");
+    }
     Arc::new(Unavailable {
         name: "tensorflow",
         platform: "tensorflow_savedmodel",
