@@ -12,6 +12,8 @@ REPO gets, with no config.pbtxt unless said:
   config that names only the platform and `TF_SIGNATURE_DEF: multiply`;
 - `tf_strings/1/model.savedmodel`: `text` tf.string [None, 1] -> `upper`
   (tf.string) and `length` (int32);
+- `tf_words/1/model.savedmodel`: `text` tf.string [None] -> `upper`: rank 1,
+  so autofill gives `dims: [1]` with an empty `reshape`;
 - `tf_keras/1/model.savedmodel`: a Keras MLP exported by `model.export`;
 - `tf_serving/1/` and `tf_serving/2/`: the dense model in TF Serving's
   layout (saved_model.pb and variables/ in the version folder), version 2
@@ -65,6 +67,12 @@ class Strings(tf.Module):
         return {"upper": tf.strings.upper(text), "length": tf.strings.length(text)}
 
 
+class Words(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve(self, text):
+        return {"upper": tf.strings.upper(text)}
+
+
 def keras_mlp(path: Path) -> None:
     import keras
 
@@ -114,6 +122,11 @@ def main(repo: Path, answers_file: Path) -> None:
     tf.saved_model.save(module, str(strings), signatures={"serving_default": module.serve})
     text = np.array([[b"hello"], [b"TensorFlow \xc3\xa9t\xc3\xa9"], [b""]], dtype=object)
     answers(strings, "tf_strings", {"text": text}, "serving_default", out)
+
+    words = repo / "tf_words/1/model.savedmodel"
+    module = Words()
+    tf.saved_model.save(module, str(words), signatures={"serving_default": module.serve})
+    answers(words, "tf_words", {"text": np.array([b"one", b"two words"], dtype=object)}, "serving_default", out)
 
     keras_dir = repo / "tf_keras/1/model.savedmodel"
     keras_mlp(keras_dir)

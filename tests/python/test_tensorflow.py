@@ -132,6 +132,17 @@ def test_answers_are_tensorflows(srv, made, protocol, model, datatypes):
     check(got, answers, model)
 
 
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_rank_one_signature_is_answered_with_the_configs_dims(srv, made, protocol):
+    """Autofill gives a `[None]` tensor `dims: [1]` and an empty reshape;
+    requests send `[N, 1]`, and answers come back `[N, 1]`, as Triton
+    reports an output with a reshape by its config dims."""
+    _, answers = made
+    text = answers["tf_words/in/text"].reshape(-1, 1)
+    got = infer(srv, protocol, "tf_words", [("text", text, "BYTES")])
+    assert got.outputs["upper"].tolist() == answers["tf_words/out/upper"].reshape(-1, 1).tolist()
+
+
 def test_metadata_names_the_signature_keys_and_autofill_batches(srv):
     meta = requests.get(f"{srv.base}/v2/models/tf_dense").json()
     assert meta["platform"] == "tensorflow_savedmodel"

@@ -152,6 +152,7 @@ impl Backend for TensorflowBackend {
                         name: c.name,
                         datatype: c.datatype,
                         graph,
+                        reported_dims: c.reported_dims,
                     })
                 })
                 .collect::<Result<Vec<_>, BackendError>>()
@@ -161,7 +162,12 @@ impl Backend for TensorflowBackend {
             path = %dir.display(), signature = %signature.key, ?settings, "loaded SavedModel");
         let label = format!("{label} instance {}", source.instance_index);
         Ok(Box::new(TensorflowInstance::new(
-            label, api, session, inputs, outputs,
+            label,
+            api,
+            session,
+            inputs,
+            outputs,
+            source.config.max_batch_size > 0,
         )))
     }
 }

@@ -17,6 +17,10 @@ pub(crate) struct Checked {
     pub(crate) name: String,
     pub(crate) datatype: DataType,
     pub(crate) graph_tensor: String,
+    /// An output with a `reshape`: the config's dims, which the answer
+    /// reports (after the batch dimension) in place of the shape the
+    /// model gives, as Triton does.
+    pub(crate) reported_dims: Option<Vec<i64>>,
 }
 
 /// The config's inputs and outputs, bound to the signature's tensors.
@@ -56,7 +60,11 @@ pub(crate) fn check(
                 direction: "output",
                 batching,
             };
-            io.check(signature, &output.name, output.data_type, dims)
+            let checked = io.check(signature, &output.name, output.data_type, dims)?;
+            Ok(Checked {
+                reported_dims: output.reshape.as_ref().map(|_| output.dims.clone()),
+                ..checked
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok((inputs, outputs))
@@ -109,6 +117,7 @@ impl Io<'_> {
             name: name.to_owned(),
             datatype: tensor.datatype,
             graph_tensor: tensor.tensor.clone(),
+            reported_dims: None,
         })
     }
 

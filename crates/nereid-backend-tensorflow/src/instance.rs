@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use nereid_core::tensor::{bytes_elements, push_bytes_element};
+use nereid_core::tensor::{bytes_elements, element_count, push_bytes_element};
 use nereid_core::{BackendError, Batch, DataType, ModelInstance, Tensor};
 
 use crate::ffi::{Api, OwnedTensor, Session, TF_STRING, TfOutput};
@@ -16,6 +16,9 @@ pub(crate) struct Bound {
     pub(crate) name: String,
     pub(crate) datatype: DataType,
     pub(crate) graph: TfOutput,
+    /// The shape answered, after the batch dimension, for an output whose
+    /// config has a `reshape`; `None`: the shape TensorFlow gives.
+    pub(crate) reported_dims: Option<Vec<i64>>,
 }
 
 /// A loaded SavedModel instance.
@@ -27,6 +30,8 @@ pub struct TensorflowInstance {
     session: Session,
     inputs: Vec<Bound>,
     outputs: Vec<Bound>,
+    /// The model batches: the first dimension of every tensor is the batch.
+    batching: bool,
 }
 
 impl TensorflowInstance {
@@ -36,6 +41,7 @@ impl TensorflowInstance {
         session: Session,
         inputs: Vec<Bound>,
         outputs: Vec<Bound>,
+        batching: bool,
     ) -> Self {
         TensorflowInstance {
             label,
@@ -43,6 +49,7 @@ impl TensorflowInstance {
             session,
             inputs,
             outputs,
+            batching,
         }
     }
 
@@ -126,9 +133,27 @@ impl TensorflowInstance {
         Ok(Tensor {
             name: bound.name.clone(),
             datatype: bound.datatype,
-            shape: value.dims(),
+            shape: self.reported_shape(bound, value.dims()),
             data,
         })
+    }
+
+    /// The shape TensorFlow gave, or for an output with a `reshape` the
+    /// config's dims after the batch dimension, a `-1` taking what the
+    /// elements leave over (Triton's answer: a `[N]` output of a config
+    /// with `dims: [1]` and `reshape: { shape: [] }` is answered `[N, 1]`).
+    fn reported_shape(&self, bound: &Bound, produced: Vec<i64>) -> Vec<i64> {
+        let Some(dims) = &bound.reported_dims else {
+            return produced;
+        };
+        let batch = produced.first().copied().filter(|_| self.batching);
+        let mut shape: Vec<i64> = batch.into_iter().chain(dims.iter().copied()).collect();
+        if let Some(pos) = shape.iter().position(|&d| d < 0) {
+            let total = element_count(&produced).unwrap_or(0);
+            let known = shape.iter().filter(|&&d| d >= 0).product::<i64>().max(1);
+            shape[pos] = total as i64 / known;
+        }
+        shape
     }
 }
 
