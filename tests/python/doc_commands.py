@@ -232,7 +232,10 @@ class Shell:
     def make_run(self, words: list[str]) -> list[str]:
         """The server arguments `make run` would start the release build
         with, checking that it would build the features the words ask for."""
-        plan = subprocess.run(["make", "--dry-run", *words[1:]], cwd=REPO_ROOT, env=self.env(),
+        # As a user's shell runs it: not as a sub-make of `make test`, whose
+        # MAKEFLAGS and MAKELEVEL would add "Entering directory" lines.
+        env = {k: v for k, v in self.env().items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+        plan = subprocess.run(["make", "--dry-run", *words[1:]], cwd=REPO_ROOT, env=env,
                               capture_output=True, text=True, check=True).stdout
         lines = plan.replace("\\\n\t", "").strip().splitlines()
         build = next(line for line in lines if line.startswith("cargo build --release"))
