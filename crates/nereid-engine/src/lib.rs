@@ -16,6 +16,7 @@ mod batch;
 mod classify;
 mod control;
 mod ensemble;
+mod footprint;
 mod handle;
 mod infer;
 mod job;

@@ -51,21 +51,7 @@ impl Engine {
             resolved.pin_versions(&source.entry.path, &pinned);
             Ok(resolved)
         });
-        let resolved = match resolved {
-            Ok(resolved) => resolved,
-            Err(reason) => {
-                tracing::error!(model = %name, error = %reason, "model unavailable");
-                let replaced = self
-                    .inner
-                    .registry
-                    .write()
-                    .record_failure(&name, reason.clone());
-                drop(replaced);
-                return Err(Error::internal(format!(
-                    "failed to load '{name}', failed to poll from model repository: {reason}"
-                )));
-            }
-        };
+        let resolved = resolved.map_err(|reason| self.record_unavailable(&name, reason))?;
         let current = self
             .inner
             .registry
@@ -120,6 +106,21 @@ impl Engine {
         Err(Error::invalid_argument(format!(
             "load failed for model '{name}': {reasons}"
         )))
+    }
+
+    /// Records that `name` could not be read or resolved (its config, its
+    /// versions): UNAVAILABLE with `reason`, as Triton words it.
+    fn record_unavailable(&self, name: &str, reason: String) -> Error {
+        tracing::error!(model = %name, error = %reason, "model unavailable");
+        let replaced = self
+            .inner
+            .registry
+            .write()
+            .record_failure(name, reason.clone());
+        drop(replaced);
+        Error::internal(format!(
+            "failed to load '{name}', failed to poll from model repository: {reason}"
+        ))
     }
 
     fn resolve_source(&self, source: &Source) -> Result<ResolvedModel, String> {

@@ -1,20 +1,19 @@
-//! The engine's side of residency (`nereid_residency`): what each loaded
-//! version holds and when it last ran, loads on a model's first request
-//! (on-demand model control), room made under the memory budget before a
-//! load, and eviction, which is an unload.
+//! The engine's side of residency (`nereid_residency`): loads on a model's
+//! first request (on-demand model control), room made under the memory
+//! budget before a load, each new version's footprint settled after it
+//! (see `footprint.rs`), and eviction, which is an unload.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use nereid_core::Error;
 use nereid_core::model_config::parse_bool_parameter;
 use nereid_residency::{LoadCause, Models, Place, own_resident_bytes};
-use parking_lot::Mutex;
 
+use crate::footprint::clock;
 use crate::handle::Engine;
 use crate::model::LoadedVersion;
 use crate::options::ControlMode;
@@ -22,83 +21,6 @@ use crate::options::ControlMode;
 /// The model config parameter that pins a model (`"true"`) or leaves it
 /// evictable (`"false"`) whatever loaded it.
 pub const PINNED_PARAMETER: &str = "nereid.pinned";
-
-/// What residency tracks of one loaded version.
-#[derive(Debug)]
-pub(crate) struct Footprint {
-    /// Host bytes it holds, measured at its load and first request.
-    bytes: AtomicU64,
-    /// Bytes it holds on each GPU with a budget, measured at its load.
-    gpus: Mutex<BTreeMap<u32, u64>>,
-    /// Never evicted. A version is pinned until a load on demand says
-    /// otherwise, so that nothing loaded another way is ever evicted.
-    pinned: AtomicBool,
-    /// Its first request's growth was measured.
-    first_use: AtomicBool,
-    /// Requests running on it now.
-    active: AtomicU64,
-    /// When it last took a request or loaded, in ms of [`clock`].
-    last_used_ms: AtomicU64,
-}
-
-impl Default for Footprint {
-    fn default() -> Footprint {
-        Footprint {
-            bytes: AtomicU64::new(0),
-            gpus: Mutex::default(),
-            pinned: AtomicBool::new(true),
-            first_use: AtomicBool::new(false),
-            active: AtomicU64::new(0),
-            last_used_ms: AtomicU64::new(clock()),
-        }
-    }
-}
-
-/// A request running on a version, until dropped.
-pub(crate) struct Active<'a> {
-    footprint: &'a Footprint,
-    /// The process's resident bytes before the version's first request.
-    first: Option<u64>,
-}
-
-impl Footprint {
-    /// Marks a request running; the first request's growth of the process
-    /// (ONNX Runtime sizes its arena then) is added when it ends.
-    pub(crate) fn enter(&self) -> Active<'_> {
-        self.active.fetch_add(1, Ordering::Relaxed);
-        self.last_used_ms.store(clock(), Ordering::Relaxed);
-        let first = if self.first_use.swap(true, Ordering::Relaxed) {
-            None
-        } else {
-            own_resident_bytes()
-        };
-        Active {
-            footprint: self,
-            first,
-        }
-    }
-
-    pub(crate) fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for Active<'_> {
-    fn drop(&mut self) {
-        self.footprint.active.fetch_sub(1, Ordering::Relaxed);
-        if let (Some(before), Some(after)) = (self.first, own_resident_bytes()) {
-            self.footprint
-                .bytes
-                .fetch_add(after.saturating_sub(before), Ordering::Relaxed);
-        }
-    }
-}
-
-/// Milliseconds since the first call: the clock of `last_used_ms`.
-fn clock() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
 
 /// The engine's loaded versions, as residency sees them.
 pub(crate) struct Resident<'a>(pub(crate) &'a Engine);

@@ -17,7 +17,7 @@ use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::{ClientContext, TopicPartitionList as Tpl};
 
-use crate::logs::{self, ErrorLog};
+use crate::logs::{self, ErrorLog, describe};
 use crate::message::Record;
 use crate::pipeline::Shared;
 use crate::seek;
@@ -381,13 +381,4 @@ fn wait_until_done(
         }
         shared.changed.wait_until(&mut state, deadline);
     }
-}
-
-pub(crate) fn describe(list: &TopicPartitionList) -> String {
-    let parts: Vec<String> = list
-        .elements()
-        .iter()
-        .map(|e| format!("{}[{}]", e.topic(), e.partition()))
-        .collect();
-    parts.join(", ")
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
+use rdkafka::topic_partition_list::TopicPartitionList;
 
 const REPEAT: Duration = Duration::from_secs(10);
 
@@ -39,4 +40,14 @@ pub(crate) fn line(level: RDKafkaLogLevel, facility: &str, message: &str) {
         }
         _ => tracing::debug!("librdkafka {facility}: {message}"),
     }
+}
+
+/// Partitions as a log line names them: `topic[0], topic[1]`.
+pub(crate) fn describe(list: &TopicPartitionList) -> String {
+    let parts: Vec<String> = list
+        .elements()
+        .iter()
+        .map(|e| format!("{}[{}]", e.topic(), e.partition()))
+        .collect();
+    parts.join(", ")
 }

@@ -9,13 +9,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use crate::config::{KafkaConfig, OnGap};
-use crate::consumer::{Context, describe};
 use crate::gap::{Arrival, Stall, Stream};
+use crate::logs::describe;
 use crate::pipeline::Shared;
 
 /// How often silent partitions are looked at.
@@ -30,7 +30,7 @@ const COMMITTED_TIMEOUT: Duration = Duration::from_secs(10);
 /// offsets their reads must start at.
 pub(crate) fn assigned(
     shared: &Shared,
-    consumer: &BaseConsumer<Context>,
+    consumer: &BaseConsumer<impl ConsumerContext>,
     partitions: &TopicPartitionList,
 ) {
     let positions = consumer
@@ -62,7 +62,7 @@ pub(crate) fn assigned(
 /// where it is not.
 pub(crate) fn admit(
     shared: &Arc<Shared>,
-    consumer: &BaseConsumer<Context>,
+    consumer: &BaseConsumer<impl ConsumerContext>,
     route: usize,
     message: &BorrowedMessage<'_>,
 ) -> bool {
@@ -131,7 +131,7 @@ fn account(shared: &Arc<Shared>, route: usize, topic: &str, partition: i32, rang
 
 fn read_from(
     shared: &Shared,
-    consumer: &BaseConsumer<Context>,
+    consumer: &BaseConsumer<impl ConsumerContext>,
     topic: &str,
     partition: i32,
     from: i64,
@@ -157,7 +157,7 @@ fn floor(shared: &Shared, topic: &str, partition: i32) -> i64 {
 /// Partitions not paused that served nothing for a while though the
 /// broker says records are left: read again from before their expected
 /// offset, or said to be unreadable (once).
-pub(crate) fn check_stalls(shared: &Shared, consumer: &BaseConsumer<Context>) {
+pub(crate) fn check_stalls(shared: &Shared, consumer: &BaseConsumer<impl ConsumerContext>) {
     let quiet = quiet_time(&shared.config);
     let now = Instant::now();
     let mut reads = Vec::new();

@@ -123,46 +123,43 @@ impl Counters {
             "Loads on demand running or waiting for a slot",
         );
         in_progress.add(Vec::new(), loading as f64);
-        let mut bytes = Family::gauge(
-            "nereid_model_memory_bytes",
-            "Memory a loaded model version holds, measured at its load and first requests",
-        );
-        for r in resident {
-            bytes.add(
-                vec![
-                    ("model", r.model.clone()),
-                    ("version", r.version.to_string()),
-                    ("place", r.place.to_string()),
-                ],
-                r.bytes as f64,
-            );
-        }
-        let mut budget = Family::gauge(
-            "nereid_memory_budget_bytes",
-            "The memory budget of loaded models (--model-memory-budget)",
-        );
-        let mut used = Family::gauge(
-            "nereid_memory_used_bytes",
-            "Memory in use where a budget applies (the server's and its workers' resident memory, or a GPU's)",
-        );
-        for &(place, limit, in_use) in budgets {
-            budget.add(vec![("place", place.to_string())], limit as f64);
-            if let Some(in_use) = in_use {
-                used.add(vec![("place", place.to_string())], in_use as f64);
-            }
-        }
-        vec![
-            loads,
-            load_seconds,
-            evictions,
-            waits,
-            failed,
-            in_progress,
-            bytes,
-            budget,
-            used,
-        ]
+        let mut families = vec![loads, load_seconds, evictions, waits, failed, in_progress];
+        families.extend(memory_families(resident, budgets));
+        families
     }
+}
+
+/// Each loaded version's bytes, each budget and the memory in use there.
+fn memory_families(resident: &[Resident], budgets: &[(Place, u64, Option<u64>)]) -> Vec<Family> {
+    let mut bytes = Family::gauge(
+        "nereid_model_memory_bytes",
+        "Memory a loaded model version holds, measured at its load and first requests",
+    );
+    for r in resident {
+        bytes.add(
+            vec![
+                ("model", r.model.clone()),
+                ("version", r.version.to_string()),
+                ("place", r.place.to_string()),
+            ],
+            r.bytes as f64,
+        );
+    }
+    let mut budget = Family::gauge(
+        "nereid_memory_budget_bytes",
+        "The memory budget of loaded models (--model-memory-budget)",
+    );
+    let mut used = Family::gauge(
+        "nereid_memory_used_bytes",
+        "Memory in use where a budget applies (the server's and its workers' resident memory, or a GPU's)",
+    );
+    for &(place, limit, in_use) in budgets {
+        budget.add(vec![("place", place.to_string())], limit as f64);
+        if let Some(in_use) = in_use {
+            used.add(vec![("place", place.to_string())], in_use as f64);
+        }
+    }
+    vec![bytes, budget, used]
 }
 
 #[cfg(test)]
