@@ -40,7 +40,8 @@ impl Engine {
             return Err(Error::unavailable("the server is shutting down"));
         }
         let counted = InFlight::enter(&self.inner.in_flight);
-        self.load_on_request(&request.model_name, request.routing.timeout)
+        let _kept = self
+            .load_on_request(&request.model_name, request.routing.timeout)
             .await?;
         let route = self.route(&mut request)?;
         tracing::Span::current().record("version", route.version.version);

@@ -55,7 +55,7 @@ pub use metadata::{ModelMetadata, TensorMetadata};
 pub use model::LoadedVersion;
 pub use options::{ControlMode, EngineOptions, LoadFailure, LoadRequest, ModelControl, Readiness};
 pub use registry::{IndexEntry, ModelState};
-pub use resident::PINNED_PARAMETER;
+pub use resident::{KeptLoaded, PINNED_PARAMETER};
 pub use routing::TrafficView;
 pub use source::check_load_request;
 pub use status::VersionStatistics;

@@ -41,7 +41,7 @@ pub struct LoadedVersion {
     /// files a frontend may read ([`crate::Engine::model_file`]).
     pub folder: std::path::PathBuf,
     /// What it holds, when it last ran, whether it may be evicted.
-    pub(crate) footprint: crate::footprint::Footprint,
+    pub(crate) footprint: Arc<crate::footprint::Footprint>,
     runner: Runner,
 }
 

@@ -258,11 +258,6 @@ impl Registry {
         }
     }
 
-    /// Whether some version of `name` serves requests.
-    pub fn serves(&self, name: &str) -> bool {
-        self.models.get(name).is_some_and(ModelEntry::serving)
-    }
-
     /// Whether `name` (at `version`, or any version) is ready.
     pub fn is_ready(&self, name: &str, version: Option<i64>) -> bool {
         self.resolve(name, version).is_ok()

@@ -5,15 +5,16 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use nereid_core::Error;
 use nereid_core::model_config::parse_bool_parameter;
-use nereid_residency::{LoadCause, Models, Place, own_resident_bytes};
+use nereid_residency::{LoadCause, Models, Need, Place, Released, own_resident_bytes};
 
-use crate::footprint::clock;
+use crate::footprint::{Footprint, Held, clock};
 use crate::handle::Engine;
 use crate::model::LoadedVersion;
 use crate::options::ControlMode;
@@ -54,45 +55,94 @@ impl Models for Resident<'_> {
         resident
     }
 
-    fn evict(&self, model: &str) {
-        tracing::info!(model, "evicting the model to keep within the memory budget");
+    fn evict(&self, model: &str) -> Option<Released> {
+        let dropped = self.0.unload_if_idle(model)?;
+        tracing::info!(model, "evicted the model to keep within the memory budget");
+        // As an unload through the API: the ensembles that use it go too.
         self.0.unload_cascade(model, false);
+        Some(Box::new(move || dropped.iter().all(|f| f.returned())))
     }
 }
 
 impl Engine {
     /// In on-demand model control (`--model-control-mode=on_demand`),
     /// loads `model` when it is in the repository and not loaded, and
-    /// waits for it (or joins the load in progress), up to `timeout`.
-    /// [`Engine::infer`] does it for every request; a frontend that looks a
-    /// model's config or metadata up first calls it before. Anything else
-    /// (a model the repository does not have, another control mode) is
-    /// left to the usual answers.
+    /// waits for it (or joins the load in progress), up to `timeout`; the
+    /// answer keeps the model from eviction while it lives, so a request
+    /// on its way to the model finds it. [`Engine::infer`] does it for every
+    /// request; a frontend that looks a model's config or metadata up first
+    /// calls it before and keeps the answer until the request is made.
+    /// Anything else (a model the repository does not have, another
+    /// control mode) is left to the usual answers.
     pub async fn load_on_request(
         &self,
         model: &str,
         timeout: Option<Duration>,
-    ) -> Result<(), Error> {
-        if self.control_mode() != ControlMode::OnDemand
-            || self.inner.registry.read().serves(model)
-            || self.inner.repository.entry(model).is_none()
-        {
-            return Ok(());
+    ) -> Result<KeptLoaded, Error> {
+        if self.control_mode() != ControlMode::OnDemand {
+            return Ok(KeptLoaded::default());
         }
         let deadline = timeout.map(|timeout| tokio::time::Instant::now() + timeout);
-        let engine = self.clone();
-        let name = model.to_string();
-        let load = move || {
-            let loading = engine.clone();
-            let handle = engine.blocking(move || loading.load_on_demand(&name));
-            async move {
-                handle
-                    .await
-                    .unwrap_or_else(|e| Err(Error::internal(format!("the load task failed: {e}"))))
+        // A model may be evicted between its load and the hold: load again.
+        for _ in 0..3 {
+            if let Some(kept) = self.keep_loaded(model) {
+                return Ok(kept);
             }
-            .boxed()
-        };
-        self.inner.residency.wait_for(model, deadline, load).await
+            if self.inner.repository.entry(model).is_none() {
+                return Ok(KeptLoaded::default());
+            }
+            let engine = self.clone();
+            let name = model.to_string();
+            let load = move || {
+                let loading = engine.clone();
+                let handle = engine.blocking(move || loading.load_on_demand(&name));
+                async move {
+                    handle.await.unwrap_or_else(|e| {
+                        Err(Error::internal(format!("the load task failed: {e}")))
+                    })
+                }
+                .boxed()
+            };
+            self.inner.residency.wait_for(model, deadline, load).await?;
+        }
+        Ok(self.keep_loaded(model).unwrap_or_default())
+    }
+
+    /// Holds every serving version of `model` from eviction; `None` when
+    /// none serves.
+    fn keep_loaded(&self, model: &str) -> Option<KeptLoaded> {
+        let registry = self.inner.registry.read();
+        let held: Vec<Held> = registry
+            .get(model)?
+            .versions
+            .values()
+            .filter_map(|v| v.serving())
+            .map(|v| v.footprint.hold())
+            .collect();
+        (!held.is_empty()).then_some(KeptLoaded { _held: held })
+    }
+
+    /// Unloads `name` unless a request runs on it or is on its way to it,
+    /// checked and done under the registry's lock, where holds are taken.
+    fn unload_if_idle(&self, name: &str) -> Option<Vec<Arc<Footprint>>> {
+        let lock = self.model_lock(name);
+        let _serialized = lock.lock();
+        let mut registry = self.inner.registry.write();
+        let busy = registry.get(name).is_some_and(|m| {
+            m.versions
+                .values()
+                .filter_map(|v| v.loaded.as_ref())
+                .any(|v| v.footprint.in_use())
+        });
+        if busy {
+            return None;
+        }
+        let dropped = registry.unload(name);
+        drop(registry);
+        self.inner.traffic.remove(name);
+        let footprints = dropped.iter().map(|v| Arc::clone(&v.footprint)).collect();
+        self.inner.janitor.retire(dropped);
+        Some(footprints)
     }
 
     fn load_on_demand(&self, name: &str) -> Result<(), Error> {
@@ -114,6 +164,7 @@ impl Engine {
         load: impl FnOnce() -> Result<(), Error>,
     ) -> Result<(), Error> {
         let residency = &self.inner.residency;
+        let _turn = residency.measuring();
         let files = self
             .inner
             .repository
@@ -124,11 +175,16 @@ impl Engine {
         let gpus = residency.budgeted_gpus();
         let mut need = vec![(
             Place::Host,
-            residency.estimate(name, Place::Host).unwrap_or(files),
+            Need {
+                expected: residency.estimate(name, Place::Host).unwrap_or(files),
+                at_least: files,
+            },
         )];
         need.extend(gpus.iter().map(|&id| {
             let place = Place::Gpu(id);
-            (place, residency.estimate(name, place).unwrap_or(0))
+            // Measured on the GPU alone, loads one at a time: trusted.
+            let bytes = residency.estimate(name, place).unwrap_or(0);
+            (place, Need::exactly(bytes))
         }));
         residency.make_room(&Resident(self), name, &need)?;
         let meter = residency.meter();
@@ -236,6 +292,14 @@ impl Engine {
         self.control_mode() == ControlMode::OnDemand
             || !self.inner.residency.options().budget.is_empty()
     }
+}
+
+/// A model kept from eviction while this lives (see
+/// [`Engine::load_on_request`]); empty outside on-demand model control.
+#[derive(Debug, Default)]
+pub struct KeptLoaded {
+    /// Released on drop.
+    _held: Vec<Held>,
 }
 
 impl LoadedVersion {

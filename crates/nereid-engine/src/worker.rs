@@ -51,6 +51,8 @@ pub struct WorkerContext {
     pub failure: Arc<OnceLock<String>>,
     /// Set for a model with `sequence_batching`.
     pub sequence: Option<Arc<SequenceSetup>>,
+    /// What the version holds; its first batch is measured.
+    pub footprint: Arc<crate::footprint::Footprint>,
 }
 
 /// One instance: `None` once it failed and could not be restarted.
@@ -123,9 +125,13 @@ impl Instances {
             fail_dispatch(ctx, dispatch, &Error::unavailable(reason));
             return;
         };
+        let first = ctx.footprint.first_batch();
         let started = Instant::now();
         let outcome = run_batch(serving.as_mut(), ctx, dispatch);
         self.note_duration(started.elapsed());
+        if let Some(before) = first {
+            ctx.footprint.grew_from(before);
+        }
         if let Outcome::Panicked = outcome {
             *instance = restart(self.backend.as_ref(), source, ctx);
             return;
@@ -251,12 +257,15 @@ fn run_worker(
         return;
     }
     tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance ready");
+    let footprint = &instances.ctx.footprint;
+    footprint.instance_started();
     while let Ok(dispatch) = batches.recv() {
         instances.run(&mut slot.lock(), source, dispatch);
     }
     // Dropped here, on its own thread, once the queue is closed; no request
     // can reach it inline any more (the scheduler is gone with the queue).
     drop(slot.lock().take());
+    footprint.instance_stopped();
     tracing::debug!(model = %source.model_name, version = source.version, instance = source.instance_index, "instance stopped");
 }
 

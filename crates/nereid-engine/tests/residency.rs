@@ -104,7 +104,7 @@ async fn a_model_larger_than_the_gpu_budget_is_refused_with_its_size() {
     assert!(
         error
             .message()
-            .contains("model 'big' needs about 300 bytes")
+            .contains("model 'big' needs at least 300 bytes")
             && error.message().contains("gpu0 memory budget of 250 bytes"),
         "{error:?}"
     );

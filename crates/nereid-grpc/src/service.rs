@@ -97,9 +97,10 @@ impl GrpcInferenceService for InferenceService {
         request: Request<ModelMetadataRequest>,
     ) -> Rpc<ModelMetadataResponse> {
         let r = request.into_inner();
-        if let Err(e) = self.engine.load_on_request(&r.name, None).await {
-            return answer(Err(e));
-        }
+        let _kept = match self.engine.load_on_request(&r.name, None).await {
+            Ok(kept) => kept,
+            Err(e) => return answer(Err(e)),
+        };
         answer(
             labels::model_version(&self.engine, &r.name, &r.version)
                 .and_then(|version| {
@@ -149,9 +150,10 @@ impl GrpcInferenceService for InferenceService {
 
     async fn model_config(&self, request: Request<ModelConfigRequest>) -> Rpc<ModelConfigResponse> {
         let r = request.into_inner();
-        if let Err(e) = self.engine.load_on_request(&r.name, None).await {
-            return answer(Err(e));
-        }
+        let _kept = match self.engine.load_on_request(&r.name, None).await {
+            Ok(kept) => kept,
+            Err(e) => return answer(Err(e)),
+        };
         answer(
             labels::model_version(&self.engine, &r.name, &r.version)
                 .and_then(|version| self.engine.model_config(&r.name, version))

@@ -89,7 +89,7 @@ async fn start(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Answer, Error> {
-    engine.load_on_request(&path.model, None).await?;
+    let _kept = engine.load_on_request(&path.model, None).await?;
     let metadata = engine.model_metadata(&path.model, path.version)?;
     if headers
         .get(header::CONTENT_ENCODING)

@@ -42,7 +42,7 @@ pub async fn infer(
     path: ModelPath,
     request: Request,
 ) -> Result<Response, ApiError> {
-    state.engine.load_on_request(&path.model, None).await?;
+    let _kept = state.engine.load_on_request(&path.model, None).await?;
     let config = state.engine.model_config(&path.model, path.version)?;
     if config.model_transaction_policy.is_some_and(|p| p.decoupled) {
         return Err(nereid_core::Error::unsupported(DECOUPLED).into());

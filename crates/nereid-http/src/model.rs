@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::{ApiError, ModelPath, error_response, json_response};
 
 pub async fn metadata(State(engine): State<Engine>, path: ModelPath) -> Result<Response, ApiError> {
-    engine.load_on_request(&path.model, None).await?;
+    let _kept = engine.load_on_request(&path.model, None).await?;
     let m = engine
         .model_metadata(&path.model, path.version)?
         .for_version(path.version);
@@ -73,7 +73,7 @@ pub async fn ready(State(engine): State<Engine>, path: ModelPath) -> Response {
 }
 
 pub async fn config(State(engine): State<Engine>, path: ModelPath) -> Result<Response, ApiError> {
-    engine.load_on_request(&path.model, None).await?;
+    let _kept = engine.load_on_request(&path.model, None).await?;
     let config = engine.model_config(&path.model, path.version)?;
     Ok(json_response(nereid_protocol::rest::model_config_json(
         &config,

@@ -167,7 +167,7 @@ impl Shared {
             .retrying(|| {
                 let engine = self.engine.clone();
                 async move {
-                    engine.load_on_request(&route.model, None).await?;
+                    let _kept = engine.load_on_request(&route.model, None).await?;
                     let version = engine.version_number(&route.model, &route.model_version)?;
                     engine.model_config(&route.model, version)
                 }

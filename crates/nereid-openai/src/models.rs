@@ -81,7 +81,8 @@ pub async fn resolve(
     name: &str,
     use_: Use,
 ) -> Result<Arc<LoadedVersion>, ApiError> {
-    state
+    // The request that follows loads it again if it is evicted meanwhile.
+    let _kept = state
         .engine
         .load_on_request(name, None)
         .await

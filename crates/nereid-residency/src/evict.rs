@@ -4,18 +4,68 @@
 use std::time::{Duration, Instant};
 
 use nereid_core::Error;
+use parking_lot::Mutex;
 
 use crate::budget::{Place, human};
 use crate::meter::Meter;
-use crate::{Models, Resident};
+use crate::{Models, Released, Resident};
 
-/// How long an eviction may take to show in the memory in use: the
-/// instances drop once their queues close, then the allocator trims.
-const SETTLE: Duration = Duration::from_secs(2);
-const SETTLE_STEP: Duration = Duration::from_millis(20);
-/// How long the figure must stay put to count as settled; longer than the
-/// engine's janitor takes to trim after the instances drop.
-const STEADY: Duration = Duration::from_millis(400);
+/// How long room may wait for busy versions to finish their requests.
+const BUSY_WAIT: Duration = Duration::from_secs(2);
+const BUSY_STEP: Duration = Duration::from_millis(10);
+
+/// The longest an evicted version's memory counts as free before the meter
+/// shows it gone, whatever its [`Released`] says.
+const RELEASE: Duration = Duration::from_secs(2);
+
+/// Memory that evicted versions still hold while it is being returned,
+/// counted as free until it is, so that a pass of eviction needs neither
+/// wait for the memory in use to fall nor evict again for memory already
+/// on its way out.
+#[derive(Default)]
+pub(crate) struct Releasing {
+    freed: Mutex<Vec<Freed>>,
+}
+
+impl std::fmt::Debug for Releasing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Releasing")
+            .field("entries", &self.freed.lock().len())
+            .finish()
+    }
+}
+
+struct Freed {
+    place: Place,
+    bytes: u64,
+    released: Released,
+    at: Instant,
+}
+
+impl Releasing {
+    fn add(&self, place: Place, bytes: u64, released: Released) {
+        self.freed.lock().push(Freed {
+            place,
+            bytes,
+            released,
+            at: Instant::now(),
+        });
+    }
+
+    /// The memory in use at `place` as it will be once what was evicted
+    /// lately is returned.
+    pub(crate) fn used(&self, meter: &dyn Meter, place: Place) -> Option<u64> {
+        let used = meter.used(place)?;
+        let mut freed = self.freed.lock();
+        freed.retain(|f| f.at.elapsed() < RELEASE && !(f.released)());
+        let coming: u64 = freed
+            .iter()
+            .filter(|f| f.place == place)
+            .map(|f| f.bytes)
+            .sum();
+        Some(used.saturating_sub(coming))
+    }
+}
 
 /// The version to unload next at `place`, sparing `loading` (the model
 /// that needs the room).
@@ -45,71 +95,88 @@ pub(crate) struct Evicted {
     pub models: Vec<String>,
 }
 
-/// Unloads least recently used versions at `place` until `need` more
-/// bytes fit under `limit`. Errs, naming the budget and the need, when
-/// everything evictable is gone and they still do not fit.
-pub(crate) fn make_room(
-    models: &dyn Models,
-    meter: &dyn Meter,
-    place: Place,
-    limit: u64,
-    need: u64,
-    loading: Option<&str>,
-) -> Result<Evicted, (Evicted, Error)> {
-    let mut evicted = Evicted::default();
-    loop {
-        let Some(used) = meter.used(place) else {
-            return Ok(evicted);
-        };
-        if used.saturating_add(need) <= limit {
-            return Ok(evicted);
+/// What a load needs at a place: what it is expected to take (its last
+/// measure), and what it takes at least (its files), which alone decides
+/// whether it is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Need {
+    pub expected: u64,
+    pub at_least: u64,
+}
+
+impl Need {
+    pub fn exactly(bytes: u64) -> Need {
+        Need {
+            expected: bytes,
+            at_least: bytes,
         }
-        let resident = models.resident();
-        // Evicting is pointless when all that could go would not do.
-        let reclaimable: u64 = evictable(&resident, place, loading).map(|r| r.bytes).sum();
-        let victim = least_recent(&resident, place, loading);
-        let Some(victim) = victim.filter(|_| used.saturating_add(need) <= limit + reclaimable)
-        else {
-            let error = cannot_fit(loading, place, limit, used, need);
-            return Err((evicted, error));
-        };
-        tracing::info!(model = %victim.model, version = victim.version, %place,
-            bytes = victim.bytes, used, limit, "evicting the least recently used model to make room");
-        models.evict(&victim.model);
-        evicted.models.push(victim.model.clone());
-        settle(meter, place, used, victim.bytes);
     }
 }
 
-/// Waits until the memory an eviction freed shows at `place`: nine tenths
-/// of what the version held, or the figure has stopped falling (the
-/// allocator keeps some; it returns the rest a moment after the instances
-/// are gone), or [`SETTLE`] has passed.
-fn settle(meter: &dyn Meter, place: Place, before: u64, freed: u64) {
+/// Unloads least recently used versions at `place` until the `need`
+/// expected fits under `limit`, or nothing more can go. Errs, naming the
+/// budget, only when what the load takes at least cannot fit, even with
+/// everything evictable gone (versions busy now are waited for a moment).
+pub(crate) fn make_room(
+    models: &dyn Models,
+    meter: &dyn Meter,
+    releasing: &Releasing,
+    place: Place,
+    limit: u64,
+    need: Need,
+    loading: Option<&str>,
+) -> Result<Evicted, (Evicted, Error)> {
+    let mut evicted = Evicted::default();
     let started = Instant::now();
-    let target = before.saturating_sub(freed / 10 * 9);
-    let mut last = before;
-    let mut steady_since = started;
-    while started.elapsed() < SETTLE {
-        let Some(used) = meter.used(place) else {
-            return;
+    loop {
+        let Some(used) = releasing.used(meter, place) else {
+            return Ok(evicted);
         };
-        if used <= target {
-            return;
+        if used.saturating_add(need.expected) <= limit {
+            return Ok(evicted);
         }
-        if used < last {
-            last = used;
-            steady_since = Instant::now();
-        } else if started.elapsed() >= STEADY && steady_since.elapsed() >= STEADY {
-            return;
+        let resident = models.resident();
+        let reclaimable: u64 = evictable(&resident, place, loading).map(|r| r.bytes).sum();
+        // Evicting is pointless when all that could go would not do.
+        let worth = used.saturating_add(need.at_least) <= limit + reclaimable;
+        if let Some(victim) = least_recent(&resident, place, loading).filter(|_| worth) {
+            tracing::debug!(model = %victim.model, version = victim.version, %place,
+                bytes = victim.bytes, used, limit, "evicting the least recently used model to make room");
+            if let Some(released) = models.evict(&victim.model) {
+                releasing.add(place, victim.bytes, released);
+                evicted.models.push(victim.model.clone());
+            }
+            continue;
         }
-        std::thread::sleep(SETTLE_STEP);
+        if used.saturating_add(need.at_least) <= limit {
+            // Less room than expected, but what it takes at least fits: the
+            // budget is kept after the load, on what it really took.
+            return Ok(evicted);
+        }
+        // Versions busy now may be idle in a moment: wait for them a little
+        // before refusing.
+        let busy: u64 = resident
+            .iter()
+            .filter(|r| r.place == place && !r.pinned && r.in_flight > 0)
+            .filter(|r| Some(r.model.as_str()) != loading)
+            .map(|r| r.bytes)
+            .sum();
+        if used.saturating_add(need.at_least) <= limit + reclaimable + busy
+            && started.elapsed() < BUSY_WAIT
+        {
+            std::thread::sleep(BUSY_STEP);
+            continue;
+        }
+        return Err((
+            evicted,
+            cannot_fit(loading, place, limit, used, need.at_least),
+        ));
     }
 }
 
 fn cannot_fit(loading: Option<&str>, place: Place, limit: u64, used: u64, need: u64) -> Error {
     let what = match loading {
-        Some(model) if need > 0 => format!("model '{model}' needs about {}", human(need)),
+        Some(model) if need > 0 => format!("model '{model}' needs at least {}", human(need)),
         _ => "the models loaded need more".to_string(),
     };
     Error::unavailable(format!(
@@ -150,8 +217,9 @@ mod tests {
         fn resident(&self) -> Vec<Resident> {
             self.resident.lock().clone()
         }
-        fn evict(&self, model: &str) {
+        fn evict(&self, model: &str) -> Option<Released> {
             self.resident.lock().retain(|r| r.model != model);
+            Some(Box::new(|| true))
         }
     }
 
@@ -217,25 +285,160 @@ mod tests {
             ],
             20,
         );
-        let evicted = make_room(&*fake, &*fake, Place::Host, 160, 50, Some("new")).unwrap();
+        let evicted = make_room(
+            &*fake,
+            &*fake,
+            &Releasing::default(),
+            Place::Host,
+            160,
+            Need::exactly(50),
+            Some("new"),
+        )
+        .unwrap();
         assert_eq!(evicted.models, ["a"], "20 + 80 + 50 fits in 160");
-        let evicted = make_room(&*fake, &*fake, Place::Host, 160, 200, Some("new")).unwrap_err();
+        let evicted = make_room(
+            &*fake,
+            &*fake,
+            &Releasing::default(),
+            Place::Host,
+            160,
+            Need::exactly(200),
+            Some("new"),
+        )
+        .unwrap_err();
         assert!(
             evicted.0.models.is_empty(),
             "nothing goes for a load that cannot fit"
         );
-        let evicted = make_room(&*fake, &*fake, Place::Host, 160, 100, Some("new")).unwrap();
+        let evicted = make_room(
+            &*fake,
+            &*fake,
+            &Releasing::default(),
+            Place::Host,
+            160,
+            Need::exactly(100),
+            Some("new"),
+        )
+        .unwrap();
         assert_eq!(evicted.models, ["b"], "20 + 40 + 100 fits in 160");
-        let evicted = make_room(&*fake, &*fake, Place::Host, 160, 141, Some("new")).unwrap_err();
+        let evicted = make_room(
+            &*fake,
+            &*fake,
+            &Releasing::default(),
+            Place::Host,
+            160,
+            Need::exactly(141),
+            Some("new"),
+        )
+        .unwrap_err();
         assert!(evicted.0.models.is_empty(), "20 + 141 cannot fit");
-        let evicted = make_room(&*fake, &*fake, Place::Host, 160, 140, Some("new")).unwrap();
+        let evicted = make_room(
+            &*fake,
+            &*fake,
+            &Releasing::default(),
+            Place::Host,
+            160,
+            Need::exactly(140),
+            Some("new"),
+        )
+        .unwrap();
         assert_eq!(evicted.models, ["c"], "20 + 140 fits once c is gone");
-        let evicted = make_room(&*fake, &*fake, Place::Host, 160, 200, Some("new")).unwrap_err();
+        let evicted = make_room(
+            &*fake,
+            &*fake,
+            &Releasing::default(),
+            Place::Host,
+            160,
+            Need::exactly(200),
+            Some("new"),
+        )
+        .unwrap_err();
         let message = evicted.1.message().to_string();
         assert!(
-            message.contains("model 'new' needs about 200 bytes"),
+            message.contains("model 'new' needs at least 200 bytes"),
             "{message}"
         );
         assert!(message.contains("budget of 160 bytes"), "{message}");
+    }
+
+    #[test]
+    fn an_expectation_larger_than_the_room_evicts_but_does_not_refuse() {
+        let mut pinned = resident("pinned", 30, 40);
+        pinned.pinned = true;
+        let fake = Fake::with(vec![pinned, resident("a", 20, 40)], 20);
+        // Expected 100 (a measure that counted other work), at least 50:
+        // everything evictable goes, and the load goes ahead.
+        let need = Need {
+            expected: 100,
+            at_least: 50,
+        };
+        let evicted = make_room(
+            &*fake,
+            &*fake,
+            &Releasing::default(),
+            Place::Host,
+            120,
+            need,
+            Some("new"),
+        )
+        .unwrap();
+        assert_eq!(evicted.models, ["a"]);
+    }
+
+    /// Evicted versions whose memory the meter shows until the test says
+    /// it is returned.
+    #[derive(Debug)]
+    struct Lagging(Arc<Fake>, Arc<std::sync::atomic::AtomicBool>);
+
+    impl Models for Lagging {
+        fn resident(&self) -> Vec<Resident> {
+            self.0.resident()
+        }
+        fn evict(&self, model: &str) -> Option<Released> {
+            let bytes: u64 = self
+                .0
+                .resident()
+                .iter()
+                .filter(|r| r.model == model)
+                .map(|r| r.bytes)
+                .sum();
+            self.0.base.fetch_add(bytes, Ordering::SeqCst);
+            self.0.evict(model)?;
+            let returned = Arc::clone(&self.1);
+            Some(Box::new(move || returned.load(Ordering::SeqCst)))
+        }
+    }
+
+    #[test]
+    fn memory_on_its_way_out_counts_as_free_without_waiting() {
+        let fake = Fake::with(
+            vec![
+                resident("a", 30, 40),
+                resident("b", 20, 40),
+                resident("c", 10, 40),
+            ],
+            20,
+        );
+        let returned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let lagging = Lagging(Arc::clone(&fake), Arc::clone(&returned));
+        let releasing = Releasing::default();
+        let started = Instant::now();
+        let evicted = make_room(
+            &lagging,
+            &*fake,
+            &releasing,
+            Place::Host,
+            160,
+            Need::exactly(50),
+            Some("new"),
+        )
+        .unwrap();
+        assert_eq!(evicted.models, ["a"], "a's 40 bytes are on their way out");
+        assert!(started.elapsed() < Duration::from_millis(100), "no wait");
+        assert_eq!(releasing.used(&*fake, Place::Host), Some(100));
+        // Once returned, the meter alone counts: it is not taken off twice.
+        fake.base.fetch_sub(40, Ordering::SeqCst);
+        returned.store(true, Ordering::SeqCst);
+        assert_eq!(releasing.used(&*fake, Place::Host), Some(100));
     }
 }

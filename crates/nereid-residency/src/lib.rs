@@ -25,6 +25,7 @@ use nereid_core::exposition::Family;
 use parking_lot::Mutex;
 
 pub use budget::{Budget, Place, human};
+pub use evict::Need;
 pub use flight::Waited;
 pub use meter::{Meter, ProcessMemory, own_resident_bytes};
 
@@ -46,11 +47,16 @@ pub struct Resident {
     pub pinned: bool,
 }
 
+/// Whether an evicted model's memory has been returned (its instances
+/// dropped, the allocator trimmed): until then it counts as free anyway.
+pub type Released = Box<dyn Fn() -> bool + Send + Sync>;
+
 /// The engine's side: what is loaded, and a way to unload a model.
 pub trait Models: Send + Sync {
     fn resident(&self) -> Vec<Resident>;
-    /// Unloads every version of `model`; requests in flight finish first.
-    fn evict(&self, model: &str);
+    /// Unloads every version of `model`, unless a request runs on it or is
+    /// on its way to it (then `None`: it was not evicted).
+    fn evict(&self, model: &str) -> Option<Released>;
 }
 
 /// Why a model loaded.
@@ -108,6 +114,10 @@ pub struct Residency {
     /// One eviction pass at a time, so two loads do not both evict for
     /// the same room.
     evicting: Mutex<()>,
+    /// Memory evicted versions are returning.
+    releasing: evict::Releasing,
+    /// Under a budget, one load at a time is measured.
+    measuring: Mutex<()>,
     /// The footprint each model last had at each place, to size its next
     /// load there.
     footprints: Mutex<HashMap<(String, Place), u64>>,
@@ -121,6 +131,8 @@ impl Residency {
             meter,
             counters: Counters::default(),
             evicting: Mutex::new(()),
+            releasing: evict::Releasing::default(),
+            measuring: Mutex::new(()),
             footprints: Mutex::default(),
         }
     }
@@ -131,6 +143,13 @@ impl Residency {
 
     pub fn meter(&self) -> &dyn Meter {
         &*self.meter
+    }
+
+    /// Under a budget, the turn of one load to make room, load and be
+    /// measured: loads that overlap would each count the other's memory.
+    /// `None` without a budget, where loads run side by side.
+    pub fn measuring(&self) -> Option<parking_lot::MutexGuard<'_, ()>> {
+        (!self.options.budget.is_empty()).then(|| self.measuring.lock())
     }
 
     /// Whether a load for `cause` pins the model.
@@ -152,21 +171,30 @@ impl Residency {
         result.map(drop)
     }
 
-    /// Makes room for `need` bytes at each place named before `model`
-    /// loads, evicting the least recently used versions. Errs when the
-    /// budget cannot hold them even with everything evictable gone.
+    /// Makes room for what `model` needs at each place before it loads,
+    /// evicting the least recently used versions. Errs when the budget
+    /// cannot hold what it takes at least, even with everything evictable
+    /// gone.
     pub fn make_room(
         &self,
         models: &dyn Models,
         model: &str,
-        need: &[(Place, u64)],
+        need: &[(Place, Need)],
     ) -> Result<(), Error> {
         let _one = self.evicting.lock();
-        for &(place, bytes) in need {
+        for &(place, need) in need {
             let Some(limit) = self.options.budget.limit(place) else {
                 continue;
             };
-            let outcome = evict::make_room(models, &*self.meter, place, limit, bytes, Some(model));
+            let outcome = evict::make_room(
+                models,
+                &*self.meter,
+                &self.releasing,
+                place,
+                limit,
+                need,
+                Some(model),
+            );
             let (evicted, error) = match outcome {
                 Ok(evicted) => (evicted, None),
                 Err((evicted, error)) => (evicted, Some(error)),
@@ -187,7 +215,16 @@ impl Residency {
     pub fn enforce(&self, models: &dyn Models, loaded: Option<&str>) {
         let _one = self.evicting.lock();
         for (place, limit) in self.options.budget.places() {
-            match evict::make_room(models, &*self.meter, place, limit, 0, loaded) {
+            let outcome = evict::make_room(
+                models,
+                &*self.meter,
+                &self.releasing,
+                place,
+                limit,
+                Need::exactly(0),
+                loaded,
+            );
+            match outcome {
                 Ok(evicted) => self.counters.evicted(&evicted.models),
                 Err((evicted, error)) => {
                     self.counters.evicted(&evicted.models);

@@ -10,8 +10,8 @@ use crate::budget::Place;
 use crate::{LoadCause, Resident};
 
 /// Upper bounds, in seconds, of the load and wait time buckets.
-const SECONDS: [f64; 12] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+const SECONDS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 
 #[derive(Debug, Default)]

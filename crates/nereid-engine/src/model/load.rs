@@ -13,6 +13,7 @@ use nereid_ensemble::{Composer, Pipeline};
 
 use super::{LoadedVersion, QUEUE_PER_INSTANCE, Runner};
 use crate::classify::Labels;
+use crate::footprint::Footprint;
 use crate::job::Job;
 use crate::sequence::SequenceSetup;
 use crate::stats::ModelStats;
@@ -50,7 +51,9 @@ impl LoadedVersion {
             sequence.reaped = Arc::clone(&stats.sequences_reaped);
         }
         let failure = Arc::new(OnceLock::new());
+        let footprint = Arc::new(Footprint::default());
         let ctx = Arc::new(WorkerContext {
+            footprint: Arc::clone(&footprint),
             model_name: config.name.clone(),
             version,
             batching: config.max_batch_size > 0,
@@ -72,7 +75,7 @@ impl LoadedVersion {
             labels,
             cache: None,
             folder,
-            footprint: Default::default(),
+            footprint,
             runner: Runner::Instances {
                 scheduler,
                 order,
