@@ -403,7 +403,7 @@ mod tests {
                 .map(|r| r.bytes)
                 .sum();
             self.0.base.fetch_add(bytes, Ordering::SeqCst);
-            self.0.evict(model)?;
+            let _evicted = self.0.evict(model)?;
             let returned = Arc::clone(&self.1);
             Some(Box::new(move || returned.load(Ordering::SeqCst)))
         }
