@@ -112,6 +112,7 @@ bench: setup-test release
 	benches/kafka.sh
 	benches/instructions.sh
 	benches/tensorflow.sh
+	benches/many_models.sh
 	@if [ -n "$$TRITON_BACKEND_DIR" ]; then benches/latency_target.sh; \
 	else echo "benches/latency_target.sh skipped: it needs TRITON_BACKEND_DIR (Triton's native ONNX Runtime backend)"; fi
 
