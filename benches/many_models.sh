@@ -20,7 +20,10 @@
 #      2.51 with --model-control-mode=explicit --load-model=* on the same
 #      repository, followed until every model has loaded or the machine's
 #      available memory falls under MANY_MIN_AVAILABLE_GIB (then stopped);
-#      when all loaded, the same request stream too.
+#      when all loaded, the same request stream too. Then, to find where
+#      it stops, Triton on MANY_TRITON_COPIES names per model (each its own
+#      folder and config, model.onnx a link to the original: Triton reads
+#      every one into a session of its own), followed the same way.
 #
 # Writes the "Many models" section of docs/benchmarks.md
 # (benches/many_models_report.py); BENCH_WRITE=0 prints it instead.
@@ -29,7 +32,7 @@
 #
 # Environment: MANY_MODELS (1000), MANY_MEGABYTES (3), MANY_ZIPF (1.0),
 # MANY_CLIENTS (64), MANY_SECONDS (60), MANY_WARMUP (15),
-# MANY_MIN_AVAILABLE_GIB (6), MANY_REPO (a repository made before, kept;
+# MANY_MIN_AVAILABLE_GIB (6), MANY_TRITON_COPIES (8; 1 skips), MANY_REPO (a repository made before, kept;
 # default a fresh one in the work folder), MANY_KEEP (a folder to keep the
 # logs and results in), TRITON_BACKEND_DIR, NEREID_BIN, BENCH_OUT
 # (docs/benchmarks.md).
@@ -42,6 +45,7 @@ clients=${MANY_CLIENTS:-64}
 seconds=${MANY_SECONDS:-60}
 warmup=${MANY_WARMUP:-15}
 min_available_gib=${MANY_MIN_AVAILABLE_GIB:-6}
+triton_copies=${MANY_TRITON_COPIES:-8}
 nereid_bin=${NEREID_BIN:-target/release/nereid}
 out=${BENCH_OUT:-docs/benchmarks.md}
 triton_backend_dir=${TRITON_BACKEND_DIR:-}
@@ -120,25 +124,43 @@ drive all
 stop_server "$pid"
 pid=
 
-if [ -n "$triton_backend_dir" ]; then
+# start_triton NAME REPO COUNT: Triton loading every model of REPO (COUNT
+# of them) at start, followed by `watch` into NAME-load.json; sets pid and
+# http. Stopped at once (KILL) when memory ran short, before it takes more.
+start_triton() {
+  local name=$1 triton_repo=$2 count=$3 grpc
   read -r http grpc metrics <<<"$(free_ports)"
   TRITON_HTTP_PORT=$http TRITON_GRPC_PORT=$grpc TRITON_METRICS_PORT=$metrics \
     TRITON_BACKEND_DIR=$(cd "$triton_backend_dir" && pwd) \
-    scripts/run-triton.sh "$repo" --model-control-mode=explicit --load-model='*' \
+    scripts/run-triton.sh "$triton_repo" --model-control-mode=explicit --load-model='*' \
     --http-address=127.0.0.1 --grpc-address=127.0.0.1 --metrics-address=127.0.0.1 \
-    >"$work/triton.log" 2>&1 &
+    >"$work/$name.log" 2>&1 &
   pid=$!
-  log "triton: loading $models models (stopped under $min_available_gib GiB available)"
-  $py "$bench" watch --pid "$pid" --log "$work/triton.log" --out "$results/triton-load.json" \
-    --models "$models" --min-available $((min_available_gib << 30)) \
+  log "$name: loading $count models (stopped under $min_available_gib GiB available)"
+  $py "$bench" watch --pid "$pid" --log "$work/$name.log" --out "$results/$name-load.json" \
+    --models "$count" --min-available $((min_available_gib << 30)) \
     --timeout "$TRITON_LOAD_TIMEOUT_S" >&2
+  if grep -q '"reason": "memory"' "$results/$name-load.json"; then
+    for p in $(process_tree "$pid"); do kill -KILL "$p" 2>/dev/null || true; done
+  fi
+  grep -E '^E' "$work/$name.log" | grep -v CudaDriverHelper | head -n 5 >"$results/$name.errors" || true
+}
+
+if [ -n "$triton_backend_dir" ]; then
+  start_triton triton "$repo" "$models"
   if grep -q '"reason": "all loaded"' "$results/triton-load.json"; then
     wait_ready "$pid" "http://127.0.0.1:$http/v2/health/ready" "$work/triton.log" triton
     drive triton
   fi
-  grep -E '^E' "$work/triton.log" | head -n 5 >"$results/triton.errors" || true
   stop_server "$pid"
   pid=
+  # Where Triton stops: the same files under more names, until memory runs short.
+  if ((triton_copies > 1)); then
+    $py "$bench" copies "$repo" "$work/copies" --models "$models" --copies "$triton_copies"
+    start_triton triton-copies "$work/copies" $((models * triton_copies))
+    stop_server "$pid"
+    pid=
+  fi
 else
   log "Triton skipped: it needs TRITON_BACKEND_DIR (Triton's native ONNX Runtime backend)"
 fi

@@ -3,6 +3,7 @@ repository, drives a Zipf request stream at a server and watches a server
 load every model.
 
     many_models_bench.py make REPO --models N --megabytes MB
+    many_models_bench.py copies REPO OUT --models N --copies K
     many_models_bench.py probe --http PORT --pid PID --out JSON [--count K]
     many_models_bench.py drive --http PORT --pid PID --log LOG --out JSON [...]
     many_models_bench.py watch --pid PID --log LOG --models N --out JSON [...]
@@ -65,6 +66,20 @@ def make(args: argparse.Namespace) -> None:
         for done in [pool.submit(make_some, args.repo, w, workers, args.models, args.megabytes)
                      for w in range(workers)]:
             done.result()
+
+
+def copies(args: argparse.Namespace) -> None:
+    """OUT holds `copies` models per model of REPO, each its own folder and
+    config whose model.onnx links to the original: a server that reads
+    each file into a session of its own (Triton) holds a copy per name."""
+    out = Path(args.out)
+    for i in range(args.models * args.copies):
+        source = Path(args.repo).resolve() / model_name(i % args.models)
+        name = f"c{i:05d}"
+        (out / name / "1").mkdir(parents=True)
+        (out / name / "1/model.onnx").symlink_to(source / "1/model.onnx")
+        config = (source / "config.pbtxt").read_text()
+        (out / name / "config.pbtxt").write_text(config.replace(f'"{source.name}"', f'"{name}"', 1))
 
 
 # --- memory, CPU and metrics of a server -------------------------------------
@@ -373,7 +388,7 @@ def watch(args: argparse.Namespace) -> None:
             reason = "memory"
             break
         time.sleep(args.period)
-    result = {"reason": reason, "loaded": series[-1][1], "rss": series[-1][2], "peak_rss": peak,
+    result = {"reason": reason, "models": args.models, "loaded": series[-1][1], "rss": series[-1][2], "peak_rss": peak,
               "available": series[-1][3], "seconds": time.time() - started,
               "min_available": floor, "series": series[:: max(1, len(series) // 200)]}
     Path(args.out).write_text(json.dumps(result, indent=1))
@@ -387,6 +402,11 @@ def main() -> None:
     p.add_argument("repo")
     p.add_argument("--models", type=int, default=1000)
     p.add_argument("--megabytes", type=float, default=3.0)
+    p = sub.add_parser("copies")
+    p.add_argument("repo")
+    p.add_argument("out")
+    p.add_argument("--models", type=int, default=1000)
+    p.add_argument("--copies", type=int, default=8)
     p = sub.add_parser("probe")
     p.add_argument("--http", type=int, required=True)
     p.add_argument("--pid", type=int, required=True)
@@ -414,7 +434,7 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--period", type=float, default=0.2)
     args = parser.parse_args()
-    {"make": make, "probe": probe, "drive": drive, "watch": watch}[args.command](args)
+    {"make": make, "copies": copies, "probe": probe, "drive": drive, "watch": watch}[args.command](args)
 
 
 if __name__ == "__main__":

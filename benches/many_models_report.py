@@ -99,29 +99,51 @@ def budget_lines(b: dict, budget: int, probe: dict, evicted: str) -> list[str]:
     ]
 
 
-def triton_lines(load_: dict | None, run: dict | None, models: int, errors: str) -> list[str]:
-    if load_ is None:
-        return ["Triton: not run (it needs `TRITON_BACKEND_DIR`, a backends folder with Triton "
-                "r24.10's native ONNX Runtime backend)."]
-    loaded, rss = load_["loaded"], load_["peak_rss"]
-    why = {
+def how_far(load_: dict, models: int) -> str:
+    loaded = load_["loaded"]
+    return {
         "all loaded": f"loaded all {models:,} models",
         "memory": (f"was stopped after loading {loaded:,} of {models:,} models, when the machine's "
-                   f"available memory fell to {num(load_['available'], 1, GIB)} GiB (the bench stops "
-                   f"it under {num(load_['min_available'], 0, GIB)} GiB, so as not to take the "
-                   "shared machine down)"),
+                   f"available memory had fallen from {num(load_['series'][0][3], 1, GIB)} to "
+                   f"{num(load_['available'], 1, GIB)} GiB (the bench stops it under "
+                   f"{num(load_['min_available'], 0, GIB)} GiB, not to take the shared machine down)"),
         "exited": f"exited after loading {loaded:,} of {models:,} models",
         "time": f"had loaded {loaded:,} of {models:,} models when the bench's time ran out",
     }[load_["reason"]]
-    per_model = rss / loaded / MB if loaded else None
+
+
+def triton_lines(results: Path, models: int, nereid_all: dict) -> list[str]:
+    load_, run = load(results, "triton-load"), load(results, "triton")
+    if load_ is None:
+        return ["Triton: not run (it needs `TRITON_BACKEND_DIR`, a backends folder with Triton "
+                "r24.10's native ONNX Runtime backend)."]
+    rss, loaded = load_["peak_rss"], load_["loaded"]
     lines = [
         f"Triton 2.51 (native ONNX Runtime backend), `--model-control-mode=explicit "
-        f"--load-model=*` on the same repository, {why}, in {load_['seconds']:,.0f} s, at "
-        f"{num(rss, 0, MB)} MB RSS: {num(per_model, 1)} MB per model loaded, server included."]
-    if errors.strip():
-        lines += ["", "Its first errors:", "", "```text", errors.strip(), "```"]
-    if run is None:
-        lines += ["", "So it took no requests; the all-loaded reference is nereid's."]
+        f"--load-model=*` on the same repository, {how_far(load_, models)} in "
+        f"{load_['seconds']:,.0f} s, at {num(rss, 0, MB)} MB RSS: "
+        f"{num(rss / loaded / MB if loaded else None, 1)} MB per model loaded, server included "
+        f"(nereid with every model loaded: {num(nereid_all['peak_rss'] / models / MB, 1)} MB)."]
+    if run is not None:
+        lines[-1] += (
+            f" Under the same stream, nereid with every model loaded / Triton: requests/s "
+            f"{nereid_all['rps'] / run['rps']:.2f}, p50 {nereid_all['all']['p50_ms'] / run['all']['p50_ms']:.2f}, "
+            f"p99 {nereid_all['all']['p99_ms'] / run['all']['p99_ms']:.2f}, server CPU per request "
+            f"{nereid_all['cpu_us_per_request'] / run['cpu_us_per_request']:.2f}.")
+    copies = load(results, "triton-copies-load")
+    if copies is not None:
+        count = copies["loaded"]
+        per_model = copies["peak_rss"] / max(count, 1) / MB
+        lines += ["", f"Where Triton stops: on a repository of the same files under "
+                  f"{copies['models'] // models} names each (every name its own folder and config, "
+                  "`model.onnx` a link to the original, which Triton reads into a session of its "
+                  f"own), it {how_far(copies, copies['models'])} in {copies['seconds']:,.0f} s, at "
+                  f"{num(copies['peak_rss'], 0, MB)} MB RSS ({num(per_model, 1)} MB per model)."]
+    for name in ("triton", "triton-copies"):
+        path = results / f"{name}.errors"
+        errors = path.read_text().strip() if path.is_file() else ""
+        if errors:
+            lines += ["", f"First errors in its log ({name}):", "", "```text", errors, "```"]
     return lines
 
 
@@ -129,10 +151,9 @@ def main() -> None:
     results, out, models, megabytes, budget, git, busy = sys.argv[1:8]
     results, models, budget = Path(results), int(models), int(budget)
     probe, b, a = load(results, "probe"), load(results, "budget"), load(results, "all")
-    triton_load, triton = load(results, "triton-load"), load(results, "triton")
+    triton = load(results, "triton")
     evicted = (results / "budget.evictions").read_text() if (results / "budget.evictions").is_file() else ""
     all_ready_ms = int((results / "all.ready_ms").read_text())
-    triton_errors = (results / "triton.errors").read_text() if (results / "triton.errors").is_file() else ""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     runs = [(f"nereid, on demand, budget {num(budget, 0, MB)} MB", b),
             ("nereid, every model loaded", a)]
@@ -176,7 +197,7 @@ def main() -> None:
         f"{b['warm']['p99_ms'] / a['warm']['p99_ms']:.2f}; peak RSS "
         f"{b['peak_rss'] / a['peak_rss']:.2f}.",
         "",
-        *triton_lines(triton_load, triton, models, triton_errors),
+        *triton_lines(results, models, a),
         "",
     ]
     text = "\n".join(lines) + "\n"
