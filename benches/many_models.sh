@@ -58,7 +58,10 @@ bench=benches/many_models_bench.py
 
 bench_workdir many-models
 # MANY_KEEP=DIR keeps the logs and results there, however the run ends.
-keep() { [ -z "${MANY_KEEP:-}" ] || { mkdir -p "$MANY_KEEP" && cp -r "$work"/*.log "$work/results" "$MANY_KEEP"/ 2>/dev/null; } || true; }
+keep() {
+  [ -n "${MANY_KEEP:-}" ] || return 0
+  mkdir -p "$MANY_KEEP" && cp -r "$work"/*.log "$work/results" "$MANY_KEEP"/ 2>/dev/null || true
+}
 trap 'keep; bench_cleanup' EXIT
 scripts/setup-python.sh
 use_venv_onnxruntime

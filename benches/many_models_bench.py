@@ -388,7 +388,8 @@ def watch(args: argparse.Namespace) -> None:
             reason = "memory"
             break
         time.sleep(args.period)
-    result = {"reason": reason, "models": args.models, "loaded": series[-1][1], "rss": series[-1][2], "peak_rss": peak,
+    result = {"reason": reason, "models": args.models, "loaded": series[-1][1],
+              "rss": series[-1][2], "peak_rss": peak,
               "available": series[-1][3], "seconds": time.time() - started,
               "min_available": floor, "series": series[:: max(1, len(series) // 200)]}
     Path(args.out).write_text(json.dumps(result, indent=1))

@@ -81,7 +81,8 @@ def budget_lines(b: dict, budget: int, probe: dict, evicted: str) -> list[str]:
                   "```text", *b["error_samples"][:3], "```"]
     return [
         f"Under the budget, in the measured {seconds:.0f} s: {b['loads'] / seconds:,.1f} loads/s and "
-        f"{b['evictions'] / seconds:,.1f} evictions/s ({b['loads']:,.0f} and {b['evictions']:,.0f}); a load took {ms(b['load_p50_s'])} ms at "
+        f"{b['evictions'] / seconds:,.1f} evictions/s ({b['loads']:,.0f} and "
+        f"{b['evictions']:,.0f}); a load took {ms(b['load_p50_s'])} ms at "
         f"p50 and {ms(b['load_p99_s'])} ms at p99 (`nereid_model_load_seconds{{cause=\"demand\"}}`, "
         f"interpolated in its buckets; mean {ms(b['load_mean_s'])} ms), and a request's wait for a "
         f"load (queue for a load slot and room made included, `nereid_model_load_wait_seconds`) "
@@ -127,7 +128,8 @@ def triton_lines(results: Path, models: int, nereid_all: dict) -> list[str]:
     if run is not None:
         lines[-1] += (
             f" Under the same stream, nereid with every model loaded / Triton: requests/s "
-            f"{nereid_all['rps'] / run['rps']:.2f}, p50 {nereid_all['all']['p50_ms'] / run['all']['p50_ms']:.2f}, "
+            f"{nereid_all['rps'] / run['rps']:.2f}, "
+            f"p50 {nereid_all['all']['p50_ms'] / run['all']['p50_ms']:.2f}, "
             f"p99 {nereid_all['all']['p99_ms'] / run['all']['p99_ms']:.2f}, server CPU per request "
             f"{nereid_all['cpu_us_per_request'] / run['cpu_us_per_request']:.2f}.")
     copies = load(results, "triton-copies-load")
@@ -171,7 +173,8 @@ def main() -> None:
         f"{probe['count']} loads, is {num(probe['footprint'], 2, MB)} MB; the budget is the "
         f"server's RSS with none loaded once ONNX Runtime is set up ({num(probe['rss_unloaded'], 0, MB)} "
         f"MB, after those {probe['count']} were unloaded again; {num(probe['rss_ready'], 0, MB)} MB "
-        f"when ready) plus {models // 10:,} footprints: {num(budget, 0, MB)} MB. {b['clients']} closed-loop HTTP/JSON clients (aiohttp, "
+        f"when ready) plus {models // 10:,} footprints: {num(budget, 0, MB)} MB. "
+        f"{b['clients']} closed-loop HTTP/JSON clients (aiohttp, "
         f"{b['processes']} processes, on the same machine) draw models from a Zipf distribution "
         f"with exponent {b['zipf']} (the most asked-for model gets the share 1/H; a fixed "
         "permutation maps ranks to models, the same stream for every server), "
