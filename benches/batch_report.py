@@ -94,7 +94,7 @@ def main() -> None:
         "64 with its default threads (the same pool size): `Session::run` back to back on one "
         "thread with one input buffer, no reading or writing.",
         "",
-        "```",
+        "```text",
         "nereid batch --model-repository $MODELS --model $MODEL --input $MODEL.parquet "
         "--output out.parquet --quiet",
         "target/release/examples/raw_ort --model $MODELS/$MODEL/1/model.onnx --batch-sizes 64 "

@@ -401,7 +401,7 @@ def section(data, args):
         "perf_analyzer (2.51), under `timeout`, one run per config, protocol and "
         "concurrency:",
         "",
-        "```",
+        "```text",
         f".tools/perf_analyzer/perf_analyzer.sh {args.pa_args}",
         "```",
         "",

@@ -71,7 +71,7 @@ def main() -> None:
         "perf_analyzer 2.51 sends the same zero input every time, so all but the first "
         "request are hits:",
         "",
-        "```",
+        "```text",
         ".tools/perf_analyzer/perf_analyzer.sh -m $MODEL -i grpc -u 127.0.0.1:$PORT -b 1 "
         "--concurrency-range $C --measurement-mode count_windows --input-data zero "
         f"--measurement-request-count {requests} -s 50 -r 5",

@@ -57,7 +57,7 @@ def main() -> None:
         f"{float(rate):,.0f} records/s for {float(seconds):,.0f} s, end to end from the produce call "
         "to the answer read. In the same run, over gRPC:",
         "",
-        "```",
+        "```text",
         ".tools/perf_analyzer/perf_analyzer.sh -m mlp -i grpc -u 127.0.0.1:$PORT -b 1 "
         "--concurrency-range $C --measurement-mode count_windows --input-data zero "
         "--measurement-request-count 5000 -s 50 -r 5",

@@ -282,7 +282,7 @@ def section(args, data, servers, concurrencies, rates):
         "",
         "perf_analyzer 2.51, under `timeout`, one run per server and load:",
         "",
-        "```",
+        "```text",
         f".tools/perf_analyzer/perf_analyzer.sh {args.pa_args}",
         "```",
         "",

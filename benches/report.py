@@ -510,7 +510,7 @@ def command_section(args):
         f"For each server, model ({models}), protocol ({protocols}) and "
         f"concurrency ({concurrencies}), under `timeout 120`:",
         "",
-        "```",
+        "```text",
         f".tools/perf_analyzer/perf_analyzer.sh {args.pa_args}",
         "```",
         "",

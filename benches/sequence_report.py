@@ -75,7 +75,7 @@ def main() -> None:
            "serving the same repository, measured in turn with nereid cell by cell."
            if with_triton else "Only nereid ran (no `TRITON_BACKEND_DIR`)."),
         "",
-        "```",
+        "```text",
         ".tools/perf_analyzer/perf_analyzer.sh -m $MODEL -i grpc -u 127.0.0.1:$PORT "
         "--concurrency-range $C --sequence-length 20 --measurement-mode count_windows "
         f"--measurement-request-count {requests} -s 50 -r 5 -f $CSV",
