@@ -116,7 +116,7 @@ log "budget: $budget bytes"
 
 start_nereid budget --model-control-mode=on_demand --model-memory-budget "$budget"
 drive budget --metrics "http://127.0.0.1:$metrics/metrics"
-grep "evicting the least recently used model" "$work/budget.log" >"$results/budget.evictions" || true
+grep "evicted the least recently used model" "$work/budget.log" >"$results/budget.evictions" || true
 grep -E '^[EW]' "$work/budget.log" | head -n 20 >"$results/budget.warnings" || true
 stop_server "$pid"
 pid=

@@ -55,7 +55,7 @@ def stream_rows(runs: list[tuple[str, dict]]) -> list[str]:
 
 
 def evictions(log_lines: str) -> tuple[int, float | None, float | None]:
-    """From the budget run's "evicting the least recently used model" log
+    """From the budget run's "evicted the least recently used model" log
     lines: how many, the median bytes the victims were measured at, and
     the median seconds from one to the next."""
     times, sizes = [], []

@@ -57,7 +57,6 @@ impl Models for Resident<'_> {
 
     fn evict(&self, model: &str) -> Option<Released> {
         let dropped = self.0.unload_if_idle(model)?;
-        tracing::info!(model, "evicted the model to keep within the memory budget");
         // As an unload through the API: the ensembles that use it go too.
         self.0.unload_cascade(model, false);
         Some(Box::new(move || dropped.iter().all(|f| f.returned())))

@@ -140,9 +140,9 @@ pub(crate) fn make_room(
         // Evicting is pointless when all that could go would not do.
         let worth = used.saturating_add(need.at_least) <= limit + reclaimable;
         if let Some(victim) = least_recent(&resident, place, loading).filter(|_| worth) {
-            tracing::debug!(model = %victim.model, version = victim.version, %place,
-                bytes = victim.bytes, used, limit, "evicting the least recently used model to make room");
             if let Some(released) = models.evict(&victim.model) {
+                tracing::info!(model = %victim.model, version = victim.version, %place,
+                    bytes = victim.bytes, used, limit, "evicted the least recently used model to make room");
                 releasing.add(place, victim.bytes, released);
                 evicted.models.push(victim.model.clone());
             }
