@@ -86,7 +86,7 @@ def budget_lines(b: dict, budget: int, probe: dict, evicted: str) -> list[str]:
         f"p50 and {ms(b['load_p99_s'])} ms at p99 (`nereid_model_load_seconds{{cause=\"demand\"}}`, "
         f"interpolated in its buckets; mean {ms(b['load_mean_s'])} ms), and a request's wait for a "
         f"load (queue for a load slot and room made included, `nereid_model_load_wait_seconds`) "
-        f"{ms(b['wait_p50_s'])} ms at p50 (its buckets end at 30 s; mean {ms(b['wait_mean_s'])} ms). "
+        f"{ms(b['wait_p50_s'])} ms at p50 (its buckets end at 120 s; mean {ms(b['wait_mean_s'])} ms). "
         f"{b['distinct_models']:,} models were asked for in the window; {b['models_resident']} were "
         f"loaded at its end. Peak RSS {num(b['peak_rss'], 0, MB)} MB against the budget of "
         f"{num(budget, 0, MB)} MB ({over:+.1f}%; sampled every 100 ms from the first request on; "
