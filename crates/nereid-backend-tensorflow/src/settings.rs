@@ -132,24 +132,10 @@ impl Reader<'_> {
 
 #[cfg(test)]
 mod tests {
-    use nereid_core::model_config::ModelParameter;
-
     use super::*;
 
     fn config(params: &[(&str, &str)]) -> ModelConfig {
-        let mut config = ModelConfig {
-            name: "m".into(),
-            ..Default::default()
-        };
-        for (k, v) in params {
-            config.parameters.insert(
-                k.to_string(),
-                ModelParameter {
-                    string_value: v.to_string(),
-                },
-            );
-        }
-        config
+        nereid_core::testing::config_with("m", params)
     }
 
     #[test]

@@ -97,21 +97,9 @@ impl TorchInstance {
     /// The config outputs the batch asks for (all of them when it names
     /// none), each once.
     fn requested<'a>(&'a self, batch: &Batch) -> Result<Vec<&'a BoundOutput>, BackendError> {
-        if batch.outputs.is_empty() {
-            return Ok(self.outputs.iter().collect());
-        }
-        let mut chosen: Vec<&BoundOutput> = Vec::with_capacity(batch.outputs.len());
-        for name in &batch.outputs {
-            let output = self
-                .outputs
-                .iter()
-                .find(|o| &o.name == name)
-                .ok_or_else(|| self.error(format_args!("model has no output '{name}'")))?;
-            if !chosen.iter().any(|c| c.name == output.name) {
-                chosen.push(output);
-            }
-        }
-        Ok(chosen)
+        batch
+            .requested(&self.outputs, |o| o.name.as_str())
+            .map_err(|e| self.error(e))
     }
 }
 

@@ -189,6 +189,32 @@ pub struct Batch {
     pub outputs: Vec<String>,
 }
 
+impl Batch {
+    /// Of a model's `outputs` (named by `name`), the ones the batch asks
+    /// for, each once, in the order asked; all of them when it names none.
+    /// Errs with the first name the model does not have.
+    pub fn requested<'a, T>(
+        &self,
+        outputs: &'a [T],
+        name: impl Fn(&T) -> &str,
+    ) -> Result<Vec<&'a T>, String> {
+        if self.outputs.is_empty() {
+            return Ok(outputs.iter().collect());
+        }
+        let mut chosen: Vec<&T> = Vec::with_capacity(self.outputs.len());
+        for asked in &self.outputs {
+            let output = outputs
+                .iter()
+                .find(|o| name(o) == asked)
+                .ok_or_else(|| format!("model has no output '{asked}'"))?;
+            if !chosen.iter().any(|c| name(c) == name(output)) {
+                chosen.push(output);
+            }
+        }
+        Ok(chosen)
+    }
+}
+
 /// A runtime (ONNX Runtime, libtorch, TensorRT) that can host models.
 pub trait Backend: Send + Sync {
     /// Triton's backend name ("onnxruntime").
@@ -336,4 +362,33 @@ pub trait RequestWise {
         &mut self,
         requests: &[BatchRequest<'_>],
     ) -> Vec<Result<Vec<Tensor>, BackendError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_asks_for_outputs_once_each_or_for_all() {
+        let outputs = ["a", "b", "c"];
+        let batch = |asked: &[&str]| Batch {
+            inputs: Vec::new(),
+            outputs: asked.iter().map(|s| s.to_string()).collect(),
+        };
+        fn name<'a>(o: &'a &str) -> &'a str {
+            o
+        }
+        assert_eq!(
+            batch(&[]).requested(&outputs, name).unwrap(),
+            [&"a", &"b", &"c"]
+        );
+        assert_eq!(
+            batch(&["c", "a", "c"]).requested(&outputs, name).unwrap(),
+            [&"c", &"a"]
+        );
+        assert_eq!(
+            batch(&["a", "z"]).requested(&outputs, name).unwrap_err(),
+            "model has no output 'z'"
+        );
+    }
 }

@@ -92,3 +92,21 @@ pub fn map_int32(input: &Tensor, name: &str, f: impl Fn(i32) -> i32) -> Tensor {
         ..input.clone()
     }
 }
+
+/// A config named `name` with string `parameters`, as backends' tests of
+/// their settings and loads build them.
+pub fn config_with(name: &str, parameters: &[(&str, &str)]) -> crate::model_config::ModelConfig {
+    let mut config = crate::model_config::ModelConfig {
+        name: name.into(),
+        ..Default::default()
+    };
+    for (key, value) in parameters {
+        config.parameters.insert(
+            key.to_string(),
+            crate::model_config::ModelParameter {
+                string_value: value.to_string(),
+            },
+        );
+    }
+    config
+}

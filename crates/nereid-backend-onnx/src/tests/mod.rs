@@ -9,7 +9,6 @@ mod shared;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use nereid_core::model_config::{ModelConfig, ModelParameter};
 use nereid_core::tensor::{bytes_elements, push_bytes_element};
 use nereid_core::{
     Backend, BackendError, Batch, DataType, Device, IoSpec, ModelInstance, ModelSource, Tensor,
@@ -44,23 +43,7 @@ pub(super) fn example_model(name: &str, version: i64) -> PathBuf {
         .join("model.onnx")
 }
 
-/// A config named `name` with string `parameters`, as the tests of the
-/// settings and of loading build them.
-pub(crate) fn config_with(name: &str, params: &[(&str, &str)]) -> ModelConfig {
-    let mut config = ModelConfig {
-        name: name.into(),
-        ..Default::default()
-    };
-    for (k, v) in params {
-        config.parameters.insert(
-            k.to_string(),
-            ModelParameter {
-                string_value: v.to_string(),
-            },
-        );
-    }
-    config
-}
+pub(crate) use nereid_core::testing::config_with;
 
 pub(super) fn source(path: PathBuf, params: &[(&str, &str)]) -> ModelSource {
     let config = config_with("test", params);
