@@ -53,6 +53,9 @@ pub struct WorkerContext {
     pub sequence: Option<Arc<SequenceSetup>>,
     /// What the version holds; its first batch is measured.
     pub footprint: Arc<crate::footprint::Footprint>,
+    /// The config dims of the outputs that have a `reshape`: the model
+    /// makes the reshape's shape, clients see these (as Triton answers).
+    pub output_dims: Vec<(String, Vec<i64>)>,
 }
 
 /// One instance: `None` once it failed and could not be restarted.

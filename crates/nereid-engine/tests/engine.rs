@@ -315,3 +315,24 @@ async fn a_frontend_reads_a_loaded_models_own_files_and_nothing_outside_them() {
         ErrorKind::NotFound
     );
 }
+
+#[tokio::test]
+async fn an_output_with_a_reshape_answers_its_config_dims_as_triton_does() {
+    let root = tempfile::tempdir().unwrap();
+    let config = r#"
+backend: "fake"
+max_batch_size: 4
+input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 2 ] reshape: { shape: [ 1, 2 ] } } ]
+output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2 ] reshape: { shape: [ 1, 2 ] } } ]
+"#;
+    write_model(root.path(), "reshaped", config, "");
+    let (engine, _controls) = engine_with(root.path(), false);
+    // The model gets [2, 1, 2] and answers the same shape; the client
+    // sees the config's dims after the batch dimension.
+    let response = engine
+        .infer_one(request("reshaped", &[1, 2, 3, 4]))
+        .await
+        .unwrap();
+    assert_eq!(response.outputs[0].shape, vec![2, 2]);
+    assert_eq!(common::first_output(&response), 1);
+}

@@ -54,6 +54,12 @@ impl LoadedVersion {
         let footprint = Arc::new(Footprint::default());
         let ctx = Arc::new(WorkerContext {
             footprint: Arc::clone(&footprint),
+            output_dims: config
+                .output
+                .iter()
+                .filter(|o| o.reshape.is_some())
+                .map(|o| (o.name.clone(), o.dims.clone()))
+                .collect(),
             model_name: config.name.clone(),
             version,
             batching: config.max_batch_size > 0,

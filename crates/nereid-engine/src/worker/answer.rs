@@ -57,7 +57,8 @@ pub(super) fn answer(
         return;
     }
     match outputs {
-        Ok(outputs) => {
+        Ok(mut outputs) => {
+            reshape_outputs(ctx, &mut outputs);
             ctx.stats
                 .record_success(job.enqueued.elapsed(), started - job.enqueued, times);
             job.record_times(started - job.enqueued, &times);
@@ -75,6 +76,34 @@ pub(super) fn answer(
             ctx.stats
                 .record_failure_for(job.enqueued.elapsed(), FailureReason::Backend);
             job.answer(Err(e));
+        }
+    }
+}
+
+/// Gives the outputs that have a `reshape` their config dims (after the
+/// batch dimension when the model batches): the model made the reshape's
+/// shape, and Triton answers the config's. A `-1` takes what the others
+/// leave over.
+fn reshape_outputs(ctx: &WorkerContext, outputs: &mut [Tensor]) {
+    for output in outputs.iter_mut() {
+        let Some((_, dims)) = ctx.output_dims.iter().find(|(n, _)| *n == output.name) else {
+            continue;
+        };
+        let batch = if ctx.batching {
+            output.shape.first().copied()
+        } else {
+            None
+        };
+        let mut shape: Vec<i64> = batch.into_iter().chain(dims.iter().copied()).collect();
+        let total: i64 = output.shape.iter().product();
+        if let Some(pos) = shape.iter().position(|&d| d < 0) {
+            let known: i64 = shape.iter().filter(|&&d| d >= 0).product();
+            shape[pos] = total.checked_div(known).unwrap_or(0);
+        }
+        // Dims that cannot hold the elements (two `-1`s, a model that
+        // made another shape) leave the model's shape as it is.
+        if shape.iter().product::<i64>() == total {
+            output.shape = shape;
         }
     }
 }
