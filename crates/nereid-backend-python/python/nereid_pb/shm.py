@@ -155,7 +155,14 @@ class _Segment:
     /dev/shm fails here with ENOSPC instead of a SIGBUS on write), mapped."""
 
     def __init__(self, path, size):
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            # The name carries this process's pid: a file already there was
+            # left by a dead process that had the same pid (killed before it
+            # could remove it, its server gone too). It is nobody's now.
+            os.unlink(path)
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.posix_fallocate(descriptor, 0, size)
             self.mapping = mmap.mmap(descriptor, size)
