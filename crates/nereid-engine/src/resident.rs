@@ -226,24 +226,25 @@ impl Engine {
         pinned: bool,
     ) {
         let registry = self.inner.registry.read();
-        let fresh: Vec<_> = registry
-            .loaded()
-            .filter(|(n, v)| *n == name && v.footprint.bytes() == 0)
-            .map(|(_, v)| v)
+        let Some(model) = registry.get(name) else {
+            return;
+        };
+        // The versions this load made have no measure yet.
+        let versions: Vec<(&Arc<LoadedVersion>, bool)> = model
+            .versions
+            .values()
+            .filter_map(|v| v.loaded.as_ref())
+            .map(|v| (v, v.footprint.bytes() == 0))
             .collect();
-        let versions = fresh.len().max(1) as u64;
-        for version in registry
-            .loaded()
-            .filter(|(n, _)| *n == name)
-            .map(|(_, v)| v)
-        {
-            if fresh.iter().any(|f| std::ptr::eq(*f, version)) {
+        let fresh = versions.iter().filter(|(_, fresh)| *fresh).count().max(1) as u64;
+        for (version, is_fresh) in versions {
+            if is_fresh {
                 version
                     .footprint
                     .bytes
-                    .store(bytes / versions, Ordering::Relaxed);
+                    .store(bytes / fresh, Ordering::Relaxed);
                 *version.footprint.gpus.lock() =
-                    on_gpus.iter().map(|(&id, &b)| (id, b / versions)).collect();
+                    on_gpus.iter().map(|(&id, &b)| (id, b / fresh)).collect();
             }
             let pin = version
                 .config
@@ -260,17 +261,20 @@ impl Engine {
     /// footprint is its model files' size until its first request adds
     /// its growth; pinned as `--pin-loaded-models` says for `cause`.
     pub(crate) fn settle_parallel_footprints(&self, names: &[String], cause: LoadCause) {
-        let folders: std::collections::BTreeMap<String, std::path::PathBuf> = {
+        let folders: Vec<(&String, std::path::PathBuf)> = {
             let registry = self.inner.registry.read();
-            registry
-                .loaded()
-                .filter(|(n, _)| names.iter().any(|name| name == n))
-                .map(|(n, v)| (n.to_string(), v.folder.clone()))
+            names
+                .iter()
+                .filter_map(|name| {
+                    let model = registry.get(name)?;
+                    let loaded = model.versions.values().find_map(|v| v.loaded.as_ref())?;
+                    Some((name, loaded.folder.clone()))
+                })
                 .collect()
         };
         let pinned = self.inner.residency.pins(cause);
         for (name, folder) in folders {
-            self.settle_footprint(&name, folder_bytes(&folder), &BTreeMap::new(), pinned);
+            self.settle_footprint(name, folder_bytes(&folder), &BTreeMap::new(), pinned);
         }
     }
 
