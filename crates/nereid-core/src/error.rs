@@ -98,4 +98,43 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// `error` and each of its sources, joined with ": ". Some errors keep
+/// their reason only in a source (libloading says "dlopen failed" and
+/// keeps the loader's "file not found" as its source).
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        text = format!("{text}: {c}");
+        cause = c.source();
+    }
+    text
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Outer(std::io::Error);
+
+    impl fmt::Display for Outer {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("dlopen failed")
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn an_error_reads_with_its_causes() {
+        let inner = std::io::Error::new(std::io::ErrorKind::NotFound, "file not found");
+        assert_eq!(with_causes(&Outer(inner)), "dlopen failed: file not found");
+    }
+}

@@ -13,7 +13,7 @@ pub fn find_library(names: &[&'static str]) -> Result<&'static str, String> {
     for name in names {
         match open(name) {
             Ok(()) => return Ok(name),
-            Err(e) => last_error = with_causes(&e),
+            Err(e) => last_error = nereid_core::error::with_causes(&e),
         }
     }
     Err(format!("tried {}: {last_error}", names.join(", ")))
@@ -26,18 +26,6 @@ pub fn find_library(names: &[&'static str]) -> Result<&'static str, String> {
 fn open(name: &str) -> Result<(), libloading::Error> {
     // SAFETY: nothing is called in the library; it is closed again at once.
     unsafe { libloading::Library::new(name) }.map(drop)
-}
-
-/// libloading says only "dlopen failed" and keeps the loader's reason
-/// (file not found, wrong ELF class) as its source.
-fn with_causes(e: &libloading::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        text = format!("{text}: {c}");
-        cause = c.source();
-    }
-    text
 }
 
 #[cfg(test)]

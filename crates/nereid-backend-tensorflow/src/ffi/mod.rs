@@ -135,7 +135,8 @@ impl Api {
     pub(crate) fn load(dir: Option<&Path>) -> Result<Arc<Api>, String> {
         let path = dir.map_or_else(|| LIBRARY.into(), |d| d.join(LIBRARY));
         // SAFETY: loading TensorFlow runs only its static initialisers.
-        let library = unsafe { Library::new(&path) }.map_err(|e| with_causes(&e))?;
+        let library =
+            unsafe { Library::new(&path) }.map_err(|e| nereid_core::error::with_causes(&e))?;
         // SAFETY: the library is TensorFlow's C API; the signatures are
         // c_api.h's, tf_tensor.h's and tf_tstring.h's.
         let functions = unsafe { Functions::load(&library) }?;
@@ -149,18 +150,6 @@ impl Api {
             version,
         }))
     }
-}
-
-/// libloading says only "dlopen failed" and keeps the loader's reason
-/// (file not found, wrong ELF class) as its source.
-fn with_causes(e: &libloading::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        text = format!("{text}: {c}");
-        cause = c.source();
-    }
-    text
 }
 
 /// A `TF_Status`, deleted on drop.
