@@ -25,8 +25,8 @@
 //! `session.intra_op.allow_spinning` ("0" or "1") sets it for any model,
 //! with a pool of its own.
 
-use nereid_core::BackendError;
 use nereid_core::model_config::{LATENCY_TARGET_PARAMETER, ModelConfig, parse_bool_parameter};
+use nereid_core::{BackendError, ParameterReader};
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 
 /// What a config asks of an ONNX Runtime session. `None` leaves ONNX
@@ -63,37 +63,35 @@ const RUN_KEYS: [&str; 1] = ["memory.enable_memory_arena_shrinkage"];
 impl SessionSettings {
     /// Reads the settings from `config`, naming the model in errors.
     pub(crate) fn from_config(config: &ModelConfig) -> Result<Self, BackendError> {
-        let param = |key: &str| config.parameters.get(key).map(|p| p.string_value.trim());
-        let bad = |key: &str, value: &str, expected: &str| {
-            BackendError::Load(format!(
-                "model '{}': parameter '{key}' is '{value}', expected {expected}",
-                config.name
-            ))
-        };
+        let reader = ParameterReader::new(config);
         let threads = |key: &str| -> Result<Option<usize>, BackendError> {
-            match param(key) {
+            match reader.value(key) {
                 None => Ok(None),
                 Some(v) => match v.parse::<i64>() {
                     // Triton treats 0 (and below) as "let ONNX Runtime pick".
                     Ok(n) if n <= 0 => Ok(None),
                     Ok(n) => usize::try_from(n)
                         .map(Some)
-                        .map_err(|_| bad(key, v, "a thread count")),
-                    Err(_) => Err(bad(key, v, "an integer")),
+                        .map_err(|_| reader.bad(key, v, "a thread count")),
+                    Err(_) => Err(reader.bad(key, v, "an integer")),
                 },
             }
         };
         let flag = |key: &str| -> Result<Option<bool>, BackendError> {
-            param(key)
+            reader
+                .value(key)
                 .map(|v| {
-                    parse_bool_parameter(v).ok_or_else(|| bad(key, v, "1/0, true/false, on/off"))
+                    parse_bool_parameter(v)
+                        .ok_or_else(|| reader.bad(key, v, "1/0, true/false, on/off"))
                 })
                 .transpose()
         };
-        let parallel_execution = match param("execution_mode") {
+        let parallel_execution = match reader.value("execution_mode") {
             None | Some("0") => false,
             Some("1") => true,
-            Some(v) => return Err(bad("execution_mode", v, "0 (sequential) or 1 (parallel)")),
+            Some(v) => {
+                return Err(reader.bad("execution_mode", v, "0 (sequential) or 1 (parallel)"));
+            }
         };
         let level = config
             .optimization
@@ -102,19 +100,19 @@ impl SessionSettings {
             .map_or(0, |g| g.level);
         let entries = |keys: &[&str]| -> Vec<(String, String)> {
             keys.iter()
-                .filter_map(|key| param(key).map(|v| (key.to_string(), v.to_string())))
+                .filter_map(|key| reader.value(key).map(|v| (key.to_string(), v.to_string())))
                 .collect()
         };
         let spinning = match flag(SPINNING_KEY)? {
             Some(spin) => Some(spin),
-            None if param(LATENCY_TARGET_PARAMETER).is_some() => Some(false),
+            None if reader.value(LATENCY_TARGET_PARAMETER).is_some() => Some(false),
             None => None,
         };
         let own_threads = parallel_execution
             || spinning.is_some()
             || ["intra_op_thread_count", "inter_op_thread_count"]
                 .iter()
-                .any(|key| param(key).is_some());
+                .any(|key| reader.value(key).is_some());
         // A pool of its own that only the spinning asked for is as large
         // as the shared one.
         let intra_op_threads = match threads("intra_op_thread_count")? {

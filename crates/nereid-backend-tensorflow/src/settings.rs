@@ -9,8 +9,8 @@
 //! A known key with a value that does not parse fails the load, as in
 //! Triton; unknown keys are ignored.
 
-use nereid_core::BackendError;
-use nereid_core::model_config::{ModelConfig, parse_bool_parameter};
+use nereid_core::model_config::ModelConfig;
+use nereid_core::{BackendError, ParameterReader};
 use prost::Message;
 
 use crate::signature::DEFAULT_TAG;
@@ -46,7 +46,7 @@ impl Settings {
     /// Settings from a config's parameters (only the graph tag and the
     /// signature when autofill reads a config that may be incomplete).
     pub(crate) fn from_config(config: &ModelConfig) -> Result<Self, BackendError> {
-        let reader = Reader { config };
+        let reader = ParameterReader::new(config);
         if reader.value("TF_INIT_OPS_FILE").is_some() {
             return Err(BackendError::Unsupported(format!(
                 "model '{}': parameter 'TF_INIT_OPS_FILE' is not supported by Nereid's TensorFlow backend",
@@ -72,9 +72,9 @@ impl Settings {
                 .value("TF_SIGNATURE_DEF")
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned),
-            intra_op_threads: reader.threads("TF_NUM_INTRA_THREADS", 0)?,
-            inter_op_threads: reader.threads("TF_NUM_INTER_THREADS", i32::MIN)?,
-            per_session_threads: reader.flag("TF_USE_PER_SESSION_THREADS")?,
+            intra_op_threads: threads(&reader, "TF_NUM_INTRA_THREADS", 0)?,
+            inter_op_threads: threads(&reader, "TF_NUM_INTER_THREADS", i32::MIN)?,
+            per_session_threads: reader.flag("TF_USE_PER_SESSION_THREADS")?.unwrap_or(false),
         })
     }
 
@@ -89,44 +89,17 @@ impl Settings {
     }
 }
 
-struct Reader<'a> {
-    config: &'a ModelConfig,
-}
-
-impl Reader<'_> {
-    fn value(&self, key: &str) -> Option<&str> {
-        self.config
-            .parameters
-            .get(key)
-            .map(|p| p.string_value.trim())
-    }
-
-    fn bad(&self, key: &str, value: &str, expected: &str) -> BackendError {
-        BackendError::Load(format!(
-            "model '{}': parameter '{key}' is '{value}', expected {expected}",
-            self.config.name
-        ))
-    }
-
-    fn flag(&self, key: &str) -> Result<bool, BackendError> {
-        let Some(v) = self.value(key) else {
-            return Ok(false);
-        };
-        parse_bool_parameter(v).ok_or_else(|| self.bad(key, v, "true/false, 1/0, on/off or yes/no"))
-    }
-
-    /// A thread count no lower than `min` (Triton refuses a negative intra
-    /// count; TensorFlow reads a negative inter count as "run ops on the
-    /// caller's thread").
-    fn threads(&self, key: &str, min: i32) -> Result<i32, BackendError> {
-        let Some(v) = self.value(key) else {
-            return Ok(0);
-        };
-        match v.parse::<i32>() {
-            Ok(n) if n >= min => Ok(n),
-            Ok(_) => Err(self.bad(key, v, "a non-negative number")),
-            Err(_) => Err(self.bad(key, v, "an integer")),
-        }
+/// A thread count no lower than `min` (Triton refuses a negative intra
+/// count; TensorFlow reads a negative inter count as "run ops on the
+/// caller's thread").
+fn threads(reader: &ParameterReader<'_>, key: &str, min: i32) -> Result<i32, BackendError> {
+    let Some(v) = reader.value(key) else {
+        return Ok(0);
+    };
+    match v.parse::<i32>() {
+        Ok(n) if n >= min => Ok(n),
+        Ok(_) => Err(reader.bad(key, v, "a non-negative number")),
+        Err(_) => Err(reader.bad(key, v, "an integer")),
     }
 }
 

@@ -6,8 +6,8 @@
 //! them. A known key with a value that does not parse fails the load, as in
 //! Triton; unknown keys are ignored.
 
-use nereid_core::BackendError;
-use nereid_core::model_config::{ModelConfig, parse_bool_parameter};
+use nereid_core::model_config::ModelConfig;
+use nereid_core::{BackendError, ParameterReader};
 
 use crate::ffi::ExecOptions;
 
@@ -31,7 +31,7 @@ pub(crate) struct Settings {
 
 impl Settings {
     pub(crate) fn from_config(config: &ModelConfig) -> Result<Self, BackendError> {
-        let reader = Reader { config };
+        let reader = ParameterReader::new(config);
         let disable_optimized = reader.flag("DISABLE_OPTIMIZED_EXECUTION")?;
         Ok(Settings {
             exec: ExecOptions {
@@ -43,54 +43,25 @@ impl Settings {
             tensor_fuser: reader.flag("ENABLE_TENSOR_FUSER")?,
             weight_sharing: reader.flag("ENABLE_WEIGHT_SHARING")?.unwrap_or(false),
             cache_cleaning: reader.flag("ENABLE_CACHE_CLEANING")?.unwrap_or(false),
-            intra_op_threads: reader.threads("INTRA_OP_THREAD_COUNT")?,
-            inter_op_threads: reader.threads("INTER_OP_THREAD_COUNT")?,
+            intra_op_threads: threads(&reader, "INTRA_OP_THREAD_COUNT")?,
+            inter_op_threads: threads(&reader, "INTER_OP_THREAD_COUNT")?,
             nvfuser: reader.flag("ENABLE_NVFUSER")?,
         })
     }
 }
 
-struct Reader<'a> {
-    config: &'a ModelConfig,
-}
-
-impl Reader<'_> {
-    fn value(&self, key: &str) -> Option<&str> {
-        self.config
-            .parameters
-            .get(key)
-            .map(|p| p.string_value.trim())
-    }
-
-    fn bad(&self, key: &str, value: &str, expected: &str) -> BackendError {
-        BackendError::Load(format!(
-            "model '{}': parameter '{key}' is '{value}', expected {expected}",
-            self.config.name
-        ))
-    }
-
-    fn flag(&self, key: &str) -> Result<Option<bool>, BackendError> {
-        self.value(key)
-            .map(|v| {
-                parse_bool_parameter(v)
-                    .ok_or_else(|| self.bad(key, v, "true/false, 1/0, on/off or yes/no"))
-            })
-            .transpose()
-    }
-
-    /// A thread count: a positive integer sets it, 0 or below leaves
-    /// libtorch's default (one thread per core).
-    fn threads(&self, key: &str) -> Result<Option<i32>, BackendError> {
-        let Some(v) = self.value(key) else {
-            return Ok(None);
-        };
-        match v.parse::<i64>() {
-            Ok(n) if n <= 0 => Ok(None),
-            Ok(n) => i32::try_from(n)
-                .map(Some)
-                .map_err(|_| self.bad(key, v, "a thread count")),
-            Err(_) => Err(self.bad(key, v, "an integer")),
-        }
+/// A thread count: a positive integer sets it, 0 or below leaves
+/// libtorch's default (one thread per core).
+fn threads(reader: &ParameterReader<'_>, key: &str) -> Result<Option<i32>, BackendError> {
+    let Some(v) = reader.value(key) else {
+        return Ok(None);
+    };
+    match v.parse::<i64>() {
+        Ok(n) if n <= 0 => Ok(None),
+        Ok(n) => i32::try_from(n)
+            .map(Some)
+            .map_err(|_| reader.bad(key, v, "a thread count")),
+        Err(_) => Err(reader.bad(key, v, "an integer")),
     }
 }
 

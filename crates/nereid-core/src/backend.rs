@@ -215,6 +215,46 @@ impl Batch {
     }
 }
 
+/// A model's config parameters as a backend reads its own (Triton's
+/// `parameters { key: "..." value: { string_value: "..." } }`), naming the
+/// model and the parameter in what it refuses.
+#[derive(Debug, Clone, Copy)]
+pub struct ParameterReader<'a> {
+    config: &'a ModelConfig,
+}
+
+impl<'a> ParameterReader<'a> {
+    pub fn new(config: &'a ModelConfig) -> Self {
+        ParameterReader { config }
+    }
+
+    /// The parameter's value, trimmed; `None` when the config has none.
+    pub fn value(&self, key: &str) -> Option<&'a str> {
+        self.config
+            .parameters
+            .get(key)
+            .map(|p| p.string_value.trim())
+    }
+
+    /// The load error for `key`'s `value`, which is not `expected`.
+    pub fn bad(&self, key: &str, value: &str, expected: &str) -> BackendError {
+        BackendError::Load(format!(
+            "model '{}': parameter '{key}' is '{value}', expected {expected}",
+            self.config.name
+        ))
+    }
+
+    /// A boolean parameter in the spellings Triton's backends accept.
+    pub fn flag(&self, key: &str) -> Result<Option<bool>, BackendError> {
+        self.value(key)
+            .map(|v| {
+                crate::model_config::parse_bool_parameter(v)
+                    .ok_or_else(|| self.bad(key, v, "true/false, 1/0, on/off or yes/no"))
+            })
+            .transpose()
+    }
+}
+
 /// A runtime (ONNX Runtime, libtorch, TensorRT) that can host models.
 pub trait Backend: Send + Sync {
     /// Triton's backend name ("onnxruntime").

@@ -27,7 +27,7 @@ pub mod trace;
 
 pub use backend::{
     Backend, BackendError, Batch, BatchRequest, Device, InferService, IoSpec, ModelInstance,
-    ModelIo, ModelSource, RequestWise, Responder,
+    ModelIo, ModelSource, ParameterReader, RequestWise, Responder,
 };
 pub use datatype::DataType;
 pub use error::{Error, ErrorKind};
