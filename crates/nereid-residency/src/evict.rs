@@ -285,74 +285,32 @@ mod tests {
             ],
             20,
         );
-        let evicted = make_room(
-            &*fake,
-            &*fake,
-            &Releasing::default(),
-            Place::Host,
-            160,
-            Need::exactly(50),
-            Some("new"),
-        )
-        .unwrap();
+        // Room for `need` more bytes under a budget of 160, for "new".
+        let room = |need| {
+            make_room(
+                &*fake,
+                &*fake,
+                &Releasing::default(),
+                Place::Host,
+                160,
+                Need::exactly(need),
+                Some("new"),
+            )
+        };
+        let evicted = room(50).unwrap();
         assert_eq!(evicted.models, ["a"], "20 + 80 + 50 fits in 160");
-        let evicted = make_room(
-            &*fake,
-            &*fake,
-            &Releasing::default(),
-            Place::Host,
-            160,
-            Need::exactly(200),
-            Some("new"),
-        )
-        .unwrap_err();
+        let evicted = room(200).unwrap_err();
         assert!(
             evicted.0.models.is_empty(),
             "nothing goes for a load that cannot fit"
         );
-        let evicted = make_room(
-            &*fake,
-            &*fake,
-            &Releasing::default(),
-            Place::Host,
-            160,
-            Need::exactly(100),
-            Some("new"),
-        )
-        .unwrap();
+        let evicted = room(100).unwrap();
         assert_eq!(evicted.models, ["b"], "20 + 40 + 100 fits in 160");
-        let evicted = make_room(
-            &*fake,
-            &*fake,
-            &Releasing::default(),
-            Place::Host,
-            160,
-            Need::exactly(141),
-            Some("new"),
-        )
-        .unwrap_err();
+        let evicted = room(141).unwrap_err();
         assert!(evicted.0.models.is_empty(), "20 + 141 cannot fit");
-        let evicted = make_room(
-            &*fake,
-            &*fake,
-            &Releasing::default(),
-            Place::Host,
-            160,
-            Need::exactly(140),
-            Some("new"),
-        )
-        .unwrap();
+        let evicted = room(140).unwrap();
         assert_eq!(evicted.models, ["c"], "20 + 140 fits once c is gone");
-        let evicted = make_room(
-            &*fake,
-            &*fake,
-            &Releasing::default(),
-            Place::Host,
-            160,
-            Need::exactly(200),
-            Some("new"),
-        )
-        .unwrap_err();
+        let evicted = room(200).unwrap_err();
         let message = evicted.1.message().to_string();
         assert!(
             message.contains("model 'new' needs at least 200 bytes"),
