@@ -15,8 +15,7 @@ use nereid_core::{
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::frame::Stdin;
-use crate::frame::write_frame;
+use crate::frame::{ToWorker, send_json};
 use crate::service::Service;
 use crate::shm::{Arena, WorkerFiles};
 use crate::tensors::{Reader, code_name, descriptor, parameters};
@@ -53,16 +52,16 @@ impl Bls {
     }
 
     /// Runs the call of a `bls` frame and answers it on `stdin`.
-    pub(crate) fn call(&self, frame: &Value, stdin: &Stdin) {
+    pub(crate) fn call(&self, frame: &Value, stdin: &ToWorker) {
         let response = self.run(&frame["request"], frame["decoupled"] == true);
         let answer = json!({"op": "bls_response", "tag": frame["tag"], "response": response});
-        if let Err(e) = write_frame(&mut *stdin.lock(), &answer) {
+        if let Err(e) = send_json(stdin, &answer) {
             tracing::warn!(worker = %self.label, error = %e, "a BLS answer could not be written");
         }
     }
 
     /// Runs the call on a thread of its own.
-    pub(crate) fn call_on_thread(self: &Arc<Self>, frame: Value, stdin: Stdin) {
+    pub(crate) fn call_on_thread(self: &Arc<Self>, frame: Value, stdin: ToWorker) {
         let bls = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name("py-bls".into())

@@ -1,17 +1,27 @@
-//! The frames server and worker exchange over the worker's pipes: a
-//! 4-byte little-endian length, then that many bytes of UTF-8 JSON holding
-//! one object (`python/README.md` has the messages).
+//! JSON messages: the frames of the side channel (a 4-byte little-endian
+//! length, then that many bytes of UTF-8 JSON holding one object), and the
+//! JSON records of the channel (`python/README.md` has the messages).
 
-use std::io::{self, Read, Write};
-use std::process::ChildStdin;
+use std::io::{self, Read};
+#[cfg(test)]
+use std::io::Write;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde_json::Value;
 
-/// A worker's stdin, written one frame at a time by its instance thread,
-/// its drain thread, BLS threads and its side thread.
-pub(crate) type Stdin = Arc<Mutex<ChildStdin>>;
+use crate::channel::{SendError, Sender};
+use crate::message::JSON;
+
+/// The way to a worker, written one message at a time by its instance
+/// thread, its drain thread, BLS threads and its side thread.
+pub(crate) type ToWorker = Arc<Mutex<Sender>>;
+
+/// Sends a JSON message on the channel.
+pub(crate) fn send_json(to: &ToWorker, message: &Value) -> Result<(), SendError> {
+    let text = serde_json::to_vec(message).map_err(|e| SendError::Closed(e.into()))?;
+    to.lock().send(JSON, &text)
+}
 
 /// The largest frame either side accepts. Frames carry descriptors and
 /// messages, never tensor bytes, so a bigger one is a broken peer.
@@ -21,6 +31,7 @@ pub(crate) const MAX_FRAME: usize = 64 << 20;
 const READ_CHUNK: usize = 64 << 10;
 
 /// Writes one frame in one `write_all` and flushes it.
+#[cfg(test)]
 pub(crate) fn write_frame(out: &mut impl Write, message: &Value) -> io::Result<()> {
     let mut buf = vec![0u8; 4];
     serde_json::to_writer(&mut buf, message)?;
@@ -48,10 +59,6 @@ impl<R: Read> FrameReader<R> {
             input,
             buf: Vec::new(),
         }
-    }
-
-    pub(crate) fn get_ref(&self) -> &R {
-        &self.input
     }
 
     /// Reads once from the stream into the buffer; `Ok(false)` at the end
@@ -97,7 +104,8 @@ impl<R: Read> FrameReader<R> {
     }
 
     /// Whether the stream ended inside a frame.
-    pub(crate) fn is_mid_frame(&self) -> bool {
+    #[cfg(test)]
+    fn is_mid_frame(&self) -> bool {
         !self.buf.is_empty()
     }
 

@@ -13,16 +13,15 @@ use nereid_core::{
     BackendError, Batch, BatchRequest, InferRequest, ModelInstance, RequestWise, Tensor,
 };
 use parking_lot::MutexGuard;
-use serde_json::{Value, json};
 
 use crate::bls::Bls;
 use crate::link::{CANCEL_POLL, Io, Link};
 use crate::open::Lease;
 use crate::service::Service;
 use crate::shm::Arena;
-use crate::streams::{Kept, reschedule_refused, rescheduled};
-use crate::tensors::{descriptor, parameters};
-use crate::worker::{Launch, Worker, WorkerError};
+use crate::message::{self, BadMessage, EXECUTE, Out, Slot};
+use crate::streams::{Kept, reschedule_refused};
+use crate::worker::{Incoming, Launch, Worker, WorkerError};
 
 /// A worker that died this many times within [`DEATH_WINDOW`] is not
 /// started again: the model's requests fail until it is reloaded.
@@ -121,35 +120,63 @@ impl PythonInstance {
         Ok(self.arenas.len() - 1)
     }
 
-    /// The `execute` frame for `requests`, their inputs copied into a free
-    /// arena, with the lease that keeps it so while they are open.
-    fn execute_frame(
+    /// The `execute` message for `requests`, their inputs copied into a
+    /// free arena, with the lease that keeps it so while they are open.
+    fn execute_message(
         &mut self,
         requests: &[BatchRequest<'_>],
         read: u64,
-    ) -> Result<(Value, Lease), BackendError> {
+    ) -> Result<(Vec<u8>, Lease), BackendError> {
         let index = self.free_arena()?;
         self.arenas[index].0.reset();
-        let mut entries = Vec::with_capacity(requests.len());
+        let mut files = Vec::new();
+        let mut body = Out::default();
         for r in requests {
             self.next_id += 1;
-            entries.push(self.request_entry(index, r.request, r.outputs, self.next_id)?);
+            self.request_entry(index, r, self.next_id, &mut files, &mut body)?;
         }
+        let mut message = Out::default();
+        message.u64(read).len(files.len());
+        for path in &files {
+            message.str(&path.to_string_lossy());
+        }
+        message.len(requests.len());
+        message.0.extend_from_slice(&body.0);
         let lease = Arc::clone(&self.arenas[index].1);
-        Ok((
-            json!({"op": "execute", "read": read, "requests": entries}),
-            lease,
-        ))
+        Ok((message.0, lease))
     }
 
+    /// One request of an `execute` message (`python/README.md` has the
+    /// layout), its inputs placed in arena `arena`, whose files are
+    /// numbered in `files`.
     fn request_entry(
         &mut self,
         arena: usize,
-        request: &InferRequest,
-        outputs: &[String],
+        r: &BatchRequest<'_>,
         id: u64,
-    ) -> Result<Value, BackendError> {
-        let mut inputs = Vec::with_capacity(request.inputs.len());
+        files: &mut Vec<std::path::PathBuf>,
+        out: &mut Out,
+    ) -> Result<(), BackendError> {
+        let request = r.request;
+        out.u64(id).str(&request.id);
+        match &request.routing.sequence.id {
+            nereid_core::CorrelationId::Int(v) => out.u8(0).u64(*v),
+            nereid_core::CorrelationId::Str(v) => out.u8(1).str(v),
+        };
+        // The request's timeout in microseconds, 0 for none, as Triton's
+        // `timeout()` gives it.
+        let timeout = request
+            .routing
+            .timeout
+            .map_or(0, |t| u64::try_from(t.as_micros()).unwrap_or(u64::MAX));
+        out.u32(request.routing.sequence.flags())
+            .u64(timeout)
+            .parameters(&request.parameters)
+            .len(r.outputs.len());
+        for name in r.outputs {
+            out.str(name);
+        }
+        out.len(request.inputs.len());
         for input in &request.inputs {
             let region = self.arenas[arena].0.push(&input.data).map_err(|e| {
                 self.fail(format_args!(
@@ -157,30 +184,22 @@ impl PythonInstance {
                     input.name
                 ))
             })?;
-            inputs.push(descriptor(
+            let file = match files.iter().position(|f| *f == region.path) {
+                Some(i) => i,
+                None => {
+                    files.push(region.path.clone());
+                    files.len() - 1
+                }
+            };
+            out.tensor(
                 &input.name,
                 input.datatype,
                 &input.shape,
+                file as u32,
                 &region,
-            ));
+            );
         }
-        let (correlation_id, flags) = sequence_of(&request.routing.sequence);
-        // The request's timeout in microseconds, 0 for none, as Triton's
-        // `timeout()` gives it.
-        let timeout = request
-            .routing
-            .timeout
-            .map_or(0, |t| u64::try_from(t.as_micros()).unwrap_or(u64::MAX));
-        Ok(json!({
-            "id": id.to_string(),
-            "request_id": request.id,
-            "correlation_id": correlation_id,
-            "flags": flags,
-            "timeout": timeout,
-            "parameters": parameters(&request.parameters),
-            "requested_output_names": outputs,
-            "inputs": inputs,
-        }))
+        Ok(())
     }
 
     /// Sends `requests` to the worker and reads its answer.
@@ -191,7 +210,7 @@ impl PythonInstance {
     ) -> Result<Vec<Result<Vec<Tensor>, BackendError>>, BackendError> {
         io.prune_files();
         let read = io.told_read();
-        let (frame, lease) = self.execute_frame(requests, read)?;
+        let (message, lease) = self.execute_message(requests, read)?;
         let first_id = self.next_id + 1 - requests.len() as u64;
         for (id, r) in (first_id..).zip(requests) {
             if let Some(responder) = &r.responder {
@@ -201,7 +220,7 @@ impl PythonInstance {
         }
         let answered = io
             .worker
-            .send(&frame)
+            .send_binary(EXECUTE, &message)
             .map_err(|e| self.fail(e))
             .and_then(|()| self.answers(io, requests, first_id));
         if answered.is_err() {
@@ -227,7 +246,7 @@ impl PythonInstance {
         let mut told = vec![false; count];
         let mut kept = Kept::new(requests.iter().map(|r| r.responder.is_some()).collect());
         let deadline = Instant::now() + EXECUTE_TIMEOUT;
-        let frame = loop {
+        let payload = loop {
             let cancelled: Vec<u64> = (first_id..)
                 .zip(requests)
                 .zip(&mut told)
@@ -239,8 +258,8 @@ impl PythonInstance {
                 .collect();
             io.tell_cancelled(&cancelled).map_err(|e| self.fail(e))?;
             let wait = CANCEL_POLL.min(deadline.saturating_duration_since(Instant::now()));
-            let frame = match io.worker.next(wait) {
-                Ok(frame) => frame,
+            let message = match io.worker.next(wait) {
+                Ok(message) => message,
                 Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
                 Err(e) if e.is_timeout() => {
                     io.worker.kill();
@@ -250,71 +269,77 @@ impl PythonInstance {
                 }
                 Err(e) => return Err(self.fail(e)),
             };
-            match frame["op"].as_str() {
-                Some("bls") => io.bls.call(&frame, &io.worker.stdin()),
-                Some("bls_release") => io.bls.released(),
-                Some("response") => {
-                    let r = io.response(&frame);
+            match message {
+                Incoming::Responses(payload) => break payload,
+                Incoming::Response(payload) => {
+                    let r = io.response(&payload).map_err(|e| self.lose(io, e))?;
                     // A request of this batch whose model is not decoupled
                     // answers through its result; the others are open.
-                    let kept_at =
-                        r.id.and_then(|id| id.checked_sub(first_id))
-                            .map(|i| i as usize)
-                            .filter(|&i| i < count && requests[i].responder.is_none());
+                    let kept_at = r
+                        .id
+                        .checked_sub(first_id)
+                        .map(|i| i as usize)
+                        .filter(|&i| i < count && requests[i].responder.is_none());
                     match kept_at {
                         Some(index) => kept.keep(index, r.response),
-                        None => io.pass_on(r, &frame["id"]),
+                        None => io.pass_on(r),
                     }
                 }
-                _ => break frame,
+                Incoming::Json(frame) => match frame["op"].as_str() {
+                    Some("bls") => io.bls.call(&frame, &io.worker.to()),
+                    Some("bls_release") => io.bls.released(),
+                    Some("error") => {
+                        return Err(self.fail(
+                            frame["message"]
+                                .as_str()
+                                .unwrap_or("the worker refused the batch"),
+                        ));
+                    }
+                    _ => {
+                        return Err(self.fail(format_args!(
+                            "the worker sent an unexpected message: {frame}"
+                        )));
+                    }
+                },
             }
         };
-        self.results(io, &frame, first_id, count, kept)
+        self.results(io, &payload, first_id, count, kept)
+    }
+
+    /// The worker broke the protocol: it is stopped (and started again for
+    /// the next batch), and the batch fails with what it did.
+    fn lose(&self, io: &mut Io, e: BadMessage) -> BackendError {
+        io.worker.kill();
+        self.fail(e)
     }
 
     /// Each request's result from the worker's answer to their execute.
     fn results(
         &self,
         io: &mut Io,
-        frame: &Value,
+        payload: &[u8],
         first_id: u64,
         count: usize,
         mut kept: Kept,
     ) -> Result<Vec<Result<Vec<Tensor>, BackendError>>, BackendError> {
-        if frame["op"] == "error" {
-            return Err(self.fail(
-                frame["message"]
-                    .as_str()
-                    .unwrap_or("the worker refused the batch"),
-            ));
-        }
-        if frame["op"] != "responses" {
-            return Err(self.fail(format_args!("the worker sent an unexpected frame: {frame}")));
-        }
         io.read += 1;
-        if let Some(message) = frame["error"]["message"].as_str() {
-            return Err(BackendError::Execute(message.to_owned()));
-        }
-        let Some(responses) = frame["responses"].as_array() else {
-            return Err(self.fail("the worker answered without responses"));
-        };
-        if responses.len() != count {
+        let slots = message::responses(payload).map_err(|e| self.lose(io, e))??;
+        if slots.len() != count {
             return Err(self.fail(format_args!(
                 "the worker answered {} of {count} requests",
-                responses.len()
+                slots.len()
             )));
         }
-        let rescheduled = rescheduled(frame, first_id, count);
-        for &i in &rescheduled {
-            io.open.forget(first_id + i as u64);
-        }
-        Ok(responses
-            .iter()
+        Ok(slots
+            .into_iter()
             .enumerate()
-            .map(|(i, r)| match r {
-                _ if rescheduled.contains(&i) => Err(reschedule_refused()),
-                Value::Null => kept.result(i),
-                r => io.reader().response(r),
+            .map(|(i, slot)| match slot {
+                Slot::Rescheduled => {
+                    io.open.forget(first_id + i as u64);
+                    Err(reschedule_refused())
+                }
+                Slot::Kept => kept.result(i),
+                Slot::Answered(entry) => io.reader().entry(entry),
             })
             .collect())
     }
@@ -472,15 +497,4 @@ impl From<WorkerError> for BackendError {
     fn from(e: WorkerError) -> Self {
         BackendError::Execute(e.to_string())
     }
-}
-
-/// A request's correlation ID and Triton's request flags (1: sequence
-/// start, 2: sequence end), as the Python backend's `correlation_id()`
-/// and `flags()` give them.
-fn sequence_of(sequence: &nereid_core::Sequence) -> (serde_json::Value, u32) {
-    let id = match &sequence.id {
-        nereid_core::CorrelationId::Int(v) => json!(v),
-        nereid_core::CorrelationId::Str(v) => json!(v),
-    };
-    (id, sequence.flags())
 }

@@ -27,10 +27,12 @@
 
 mod backend;
 mod bls;
+mod channel;
 mod environment;
 mod frame;
 mod instance;
 mod link;
+mod message;
 mod open;
 mod service;
 mod shm;

@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use nereid_core::{BackendError, Error, Tensor};
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use serde_json::{Value, json};
 
 use crate::bls::Bls;
+use crate::message::{self, BadMessage, CANCEL, Out, RELEASE};
 use crate::open::OpenRequests;
 use crate::shm::WorkerFiles;
 use crate::tensors::Reader;
-use crate::worker::{Wake, Worker, WorkerError};
+use crate::worker::{Incoming, Wake, Worker, WorkerError};
 
 /// How often clients that went away are looked for while requests run.
 pub(crate) const CANCEL_POLL: Duration = Duration::from_millis(20);
@@ -57,9 +57,9 @@ pub(crate) struct Io {
     told: u64,
 }
 
-/// A `response` frame, its outputs read.
+/// A `response` message, its outputs read.
 pub(crate) struct Response {
-    pub(crate) id: Option<u64>,
+    pub(crate) id: u64,
     pub(crate) response: Option<Result<Vec<Tensor>, BackendError>>,
     pub(crate) last: bool,
 }
@@ -147,7 +147,7 @@ impl Link {
             self.polling.store(false, SeqCst);
             let open = io.open.len();
             match next {
-                Ok(Some(frame)) => io.drained(frame),
+                Ok(Some(message)) => io.drained(message),
                 Ok(None) => io.release(1),
                 Err(e) => {
                     let error = io.lost(&e);
@@ -166,19 +166,15 @@ impl Link {
 }
 
 impl Io {
-    /// Reads a `response` frame's outputs, counting it.
-    pub(crate) fn response(&mut self, frame: &Value) -> Response {
+    /// Reads a `response` message's outputs, counting it.
+    pub(crate) fn response(&mut self, payload: &[u8]) -> Result<Response, BadMessage> {
         self.read += 1;
-        let id = frame["id"].as_str().and_then(|id| id.parse::<u64>().ok());
-        let response = match &frame["response"] {
-            Value::Null => None,
-            response => Some(self.reader().response(response)),
-        };
-        Response {
+        let (id, last, entry) = message::response(payload)?;
+        Ok(Response {
             id,
-            response,
-            last: frame["final"] == true,
-        }
+            response: entry.map(|entry| self.reader().entry(entry)),
+            last,
+        })
     }
 
     pub(crate) fn reader(&mut self) -> Reader<'_> {
@@ -188,33 +184,39 @@ impl Io {
         }
     }
 
-    /// A frame the drain thread read.
-    fn drained(&mut self, frame: Value) {
-        match frame["op"].as_str() {
-            Some("response") => {
-                let response = self.response(&frame);
-                self.pass_on(response, &frame["id"]);
-                self.release(RELEASE_EVERY);
+    /// A message the drain thread read.
+    fn drained(&mut self, message: Incoming) {
+        match message {
+            Incoming::Response(payload) => match self.response(&payload) {
+                Ok(response) => {
+                    self.pass_on(response);
+                    self.release(RELEASE_EVERY);
+                }
+                Err(e) => {
+                    self.worker.kill();
+                    let error = self.lost(&WorkerError::Gone(e.to_string()));
+                    tracing::error!(worker = %self.label, %error, "the Python worker broke the protocol");
+                }
+            },
+            Incoming::Json(frame) if frame["op"] == "bls" => {
+                self.bls.call_on_thread(frame, self.worker.to());
             }
-            Some("bls") => self.bls.call_on_thread(frame, self.worker.stdin()),
-            Some("bls_release") => self.bls.released(),
-            _ => {
-                tracing::warn!(worker = %self.label, %frame, "the worker sent an unexpected frame between executes; dropped")
+            Incoming::Json(frame) if frame["op"] == "bls_release" => self.bls.released(),
+            other => {
+                tracing::warn!(worker = %self.label, message = ?other, "the worker sent an unexpected message between executes; dropped")
             }
         }
     }
 
     /// Passes a response on to its open request; one for a request that
-    /// is not open (`id` as the frame gave it) is dropped with a warning.
-    pub(crate) fn pass_on(&mut self, r: Response, id: &Value) {
-        let sent = r.id.is_some_and(|open| {
-            let response = r
-                .response
-                .map(|r| r.map_err(BackendError::into_request_error));
-            self.open.send(open, response, r.last)
-        });
-        if !sent {
-            tracing::warn!(worker = %self.label, %id, "a response for a request that is not open was dropped");
+    /// is not open is dropped with a warning.
+    pub(crate) fn pass_on(&mut self, r: Response) {
+        let id = r.id;
+        let response = r
+            .response
+            .map(|r| r.map_err(BackendError::into_request_error));
+        if !self.open.send(id, response, r.last) {
+            tracing::warn!(worker = %self.label, id, "a response for a request that is not open was dropped");
         }
     }
 
@@ -222,8 +224,9 @@ impl Io {
     /// once at least `at_least` are new.
     fn release(&mut self, at_least: u64) {
         if self.read >= self.told + at_least {
-            let release = json!({"op": "release", "read": self.read});
-            if self.worker.send(&release).is_ok() {
+            let mut release = Out::default();
+            release.u64(self.read);
+            if self.worker.send_binary(RELEASE, &release.0).is_ok() {
                 self.told = self.read;
             }
         }
@@ -255,9 +258,12 @@ impl Io {
         if ids.is_empty() {
             return Ok(());
         }
-        let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
-        self.worker
-            .send(&json!({"op": "cancel", "request_ids": ids}))
+        let mut cancel = Out::default();
+        cancel.len(ids.len());
+        for &id in ids {
+            cancel.u64(id);
+        }
+        self.worker.send_binary(CANCEL, &cancel.0)
     }
 
     /// The worker cannot be talked to any more: its open requests fail

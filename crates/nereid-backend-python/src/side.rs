@@ -18,8 +18,7 @@ use nereid_core::custom_metrics::{CustomMetrics, FamilyId, Labels, MetricId, Met
 use nereid_core::{Error, InferService};
 use serde_json::{Map, Value, json};
 
-use crate::frame::{FrameReader, write_frame};
-use crate::frame::{Stdin, log_frame};
+use crate::frame::{FrameReader, ToWorker, log_frame, send_json};
 use crate::service::Service;
 use crate::shm::{Region, WorkerFiles};
 
@@ -47,7 +46,7 @@ impl std::fmt::Debug for SideContext {
 /// `pid` until the worker closes it (exits).
 pub(crate) fn serve(
     pipe: impl Read + Send + 'static,
-    stdin: Stdin,
+    stdin: ToWorker,
     context: SideContext,
     pid: u32,
 ) -> io::Result<()> {
@@ -67,7 +66,7 @@ pub(crate) fn serve(
 
 struct Side {
     context: SideContext,
-    stdin: Stdin,
+    stdin: ToWorker,
     /// The metric family handles this worker holds; dropped when it exits.
     families: Vec<FamilyId>,
 }
@@ -312,7 +311,7 @@ fn encode_number(value: f64) -> Value {
 /// Answers the call `tag` on the worker's stdin (unless the worker is
 /// gone): `{"op": "reply", "tag": ..., "error": null, ...the result}` or
 /// the error.
-fn reply(stdin: &Stdin, tag: &Value, answer: Result<Value, Error>) {
+fn reply(stdin: &ToWorker, tag: &Value, answer: Result<Value, Error>) {
     let mut frame = match answer {
         Ok(Value::Object(fields)) => fields,
         Ok(_) => Map::new(),
@@ -329,7 +328,7 @@ fn reply(stdin: &Stdin, tag: &Value, answer: Result<Value, Error>) {
     frame.insert("op".into(), json!("reply"));
     frame.insert("tag".into(), tag.clone());
     frame.entry("error").or_insert(Value::Null);
-    let _ = write_frame(&mut *stdin.lock(), &Value::Object(frame));
+    let _ = send_json(stdin, &Value::Object(frame));
 }
 
 #[cfg(test)]

@@ -3,22 +3,6 @@
 //! sender, and the answer to a request the model rescheduled.
 
 use nereid_core::{BackendError, Tensor};
-use serde_json::Value;
-
-/// The batch's requests (by index) that the model released with
-/// `TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`, named by id in the answer's
-/// `rescheduled`.
-pub(crate) fn rescheduled(answer: &Value, first_id: u64, count: usize) -> Vec<usize> {
-    answer["rescheduled"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|id| id.as_str()?.parse::<u64>().ok()?.checked_sub(first_id))
-        .filter_map(|i| usize::try_from(i).ok())
-        .filter(|&i| i < count)
-        .collect()
-}
 
 /// The answer of a request its model rescheduled. Triton core refuses to
 /// release a request so unless its model has `sequence_batching {
@@ -79,15 +63,10 @@ impl Kept {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
     #[test]
-    fn rescheduled_ids_name_requests_of_the_batch() {
-        let answer = json!({"rescheduled": ["11", "13", "9", "x", "14", 12]});
-        assert_eq!(rescheduled(&answer, 10, 4), [1, 3]);
-        assert!(rescheduled(&json!({"responses": []}), 10, 4).is_empty());
+    fn a_rescheduled_request_gets_tritons_release_error() {
         let error = reschedule_refused().into_request_error();
         assert_eq!(error.kind(), nereid_core::ErrorKind::InvalidArgument);
         assert!(error.message().starts_with(

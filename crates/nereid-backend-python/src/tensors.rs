@@ -3,9 +3,10 @@
 
 use std::path::PathBuf;
 
-use nereid_core::{BackendError, DataType, Error, ErrorKind, Parameter, Parameters, Tensor};
+use nereid_core::{BackendError, DataType, ErrorKind, Parameter, Parameters, Tensor};
 use serde_json::{Map, Value, json};
 
+use crate::message::Entry;
 use crate::shm::{Region, WorkerFiles};
 
 /// A tensor's descriptor: its name, type, shape and region.
@@ -47,18 +48,24 @@ impl Reader<'_> {
         BackendError::Execute(format!("{}: {message}", self.label))
     }
 
-    /// The outputs of a response entry, or the error it carries.
-    pub(crate) fn response(&mut self, response: &Value) -> Result<Vec<Tensor>, BackendError> {
-        if let Some(message) = response["error"]["message"].as_str() {
-            let kind = kind_of(response["error"]["code"].as_str().unwrap_or_default());
-            return Err(BackendError::Request(Error::new(kind, message)));
-        }
-        response["outputs"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-            .iter()
-            .map(|d| self.tensor(d))
+    /// The outputs of a binary response entry, copied out of the worker's
+    /// files, or the error it carries.
+    pub(crate) fn entry(&mut self, entry: Entry) -> Result<Vec<Tensor>, BackendError> {
+        let outputs = entry.map_err(BackendError::Request)?;
+        outputs
+            .into_iter()
+            .map(|(name, datatype, shape, region)| {
+                let data = self
+                    .files
+                    .read(&region)
+                    .map_err(|e| self.fail(format_args!("output '{name}': {e}")))?;
+                Ok(Tensor {
+                    name,
+                    datatype,
+                    shape,
+                    data: data.into(),
+                })
+            })
             .collect()
     }
 

@@ -1,30 +1,33 @@
 //! One Python worker process: spawned with the unpacked sources on its
-//! PYTHONPATH, frames going to its stdin and coming from its stdout, its
-//! stderr copied to the log line by line. The instance thread talks to it
-//! directly: it writes a frame, then reads the worker's frames itself,
-//! waiting with `poll` for a timeout, so no thread sits between the two.
-//! (Pipes, not a socket pair: on Linux a pipe's round trip is about half
-//! a Unix socket's.) A third pipe, the worker's fd 3, carries what the
-//! worker asks at any time (log lines, custom metrics, model control) to
-//! a thread of its own (`side.rs`), which answers on stdin too: stdin is
-//! shared, one frame at a time.
+//! PYTHONPATH and its channel (`channel.rs`) as fd 4, its stderr copied to
+//! the log line by line. The instance thread talks to it directly: it
+//! publishes a message, then reads the worker's messages itself, waiting
+//! with `poll` on the doorbell for a timeout, so no thread sits between
+//! the two. A pipe, the worker's fd 3, carries what the worker asks at any
+//! time (log lines, custom metrics, model control) to a thread of its own
+//! (`side.rs`), which answers on the channel too: the down ring is shared,
+//! one message at a time.
 
 use std::io::{self, BufRead, BufReader};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
-use crate::frame::{FrameReader, Stdin, log_frame, write_frame};
+use crate::channel::{Channel, Receiver, SendError};
+use crate::frame::{ToWorker, log_frame, send_json};
+use crate::message::{JSON, RESPONSE, RESPONSES};
 use crate::side::{self, SideContext};
 
 /// The worker's descriptor for side frames (`NEREID_SIDE_FD`).
 const SIDE_FD: RawFd = 3;
+/// The worker's descriptor for its channel (`NEREID_CHANNEL_FD`).
+const CHANNEL_FD: RawFd = 4;
 
 /// How long a worker may take to finish after `finalize` before it is killed.
 const FINALIZE_GRACE: Duration = Duration::from_secs(10);
@@ -63,7 +66,7 @@ pub(crate) enum WorkerError {
     #[error("the Python worker did not answer within {0:?}")]
     Timeout(Duration),
     #[error("cannot write to the Python worker: {0}")]
-    Write(io::Error),
+    Write(SendError),
 }
 
 impl WorkerError {
@@ -98,11 +101,35 @@ impl Launch {
     }
 }
 
+/// A message from the worker.
+#[derive(Debug)]
+pub(crate) enum Incoming {
+    /// A JSON message (`bls`, `error`, `ready`, ...).
+    Json(Value),
+    /// The binary answer to an `execute`.
+    Responses(Vec<u8>),
+    /// A binary `response` from a response sender.
+    Response(Vec<u8>),
+}
+
+impl Incoming {
+    /// The message's op, for the log.
+    fn op(&self) -> &str {
+        match self {
+            Incoming::Json(v) => v["op"].as_str().unwrap_or("?"),
+            Incoming::Responses(_) => "responses",
+            Incoming::Response(_) => "response",
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Worker {
     child: Child,
-    stdin: Stdin,
-    frames: FrameReader<ChildStdout>,
+    to: ToWorker,
+    from: Receiver,
+    /// The doorbell reached its end: the worker is gone.
+    closed: bool,
     /// "model 'm' version 1 instance 0", for the log.
     label: String,
 }
@@ -119,20 +146,26 @@ impl Worker {
         };
         let (side_in, side_out) = io::pipe().map_err(spawn_error)?;
         let side_fd = side_out.as_raw_fd();
+        let channel = Channel::create().map_err(spawn_error)?;
+        let channel_fd = channel.raw_fd();
         let mut command = Command::new(python);
         command
             .arg(crate::sources::worker_program(sources))
             .env("PYTHONPATH", sources)
             .env("PYTHONUNBUFFERED", "1")
             .env("NEREID_SIDE_FD", SIDE_FD.to_string())
+            .env("NEREID_CHANNEL_FD", CHANNEL_FD.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         // SAFETY: the hook runs in the child between fork and exec and
         // only makes system calls (dup2, fcntl), which is allowed there.
-        #[expect(unsafe_code, reason = "handing the side pipe to the child as fd 3")]
+        #[expect(unsafe_code, reason = "handing the side pipe and the channel to the child")]
         unsafe {
-            command.pre_exec(move || give_fd(side_fd, SIDE_FD));
+            command.pre_exec(move || {
+                give_fd(side_fd, SIDE_FD)?;
+                give_fd(channel_fd, CHANNEL_FD)
+            });
         }
         let mut child = command.spawn().map_err(spawn_error)?;
         // The child has its copy; ours would keep the pipe open after it exits.
@@ -143,8 +176,9 @@ impl Worker {
         else {
             return Err(WorkerError::Gone("started without its pipes".into()));
         };
-        let stdin = Arc::new(Mutex::new(stdin));
-        side::serve(side_in, Arc::clone(&stdin), context.clone(), child.id())
+        let (to, from) = channel.ends(stdin, stdout);
+        let to = Arc::new(Mutex::new(to));
+        side::serve(side_in, Arc::clone(&to), context.clone(), child.id())
             .map_err(|e| WorkerError::Gone(format!("has no side channel thread: {e}")))?;
         let log_label = label.to_owned();
         std::thread::Builder::new()
@@ -157,8 +191,9 @@ impl Worker {
             .map_err(|e| WorkerError::Gone(format!("has no log thread: {e}")))?;
         Ok(Worker {
             child,
-            stdin,
-            frames: FrameReader::new(stdout),
+            to,
+            from,
+            closed: false,
             label: label.to_owned(),
         })
     }
@@ -179,7 +214,10 @@ impl Worker {
         let mut worker =
             Worker::spawn(python, sources, context).map_err(|e| format!("{label}: {e}"))?;
         worker.send(first).map_err(|e| format!("{label}: {e}"))?;
-        let answer = worker.next(timeout).map_err(|e| format!("{label}: {e}"))?;
+        let answer = match worker.next(timeout).map_err(|e| format!("{label}: {e}"))? {
+            Incoming::Json(answer) => answer,
+            other => return Err(format!("{label}: unexpected answer '{}'", other.op())),
+        };
         if answer["op"] == expect {
             return Ok((worker, answer));
         }
@@ -189,19 +227,34 @@ impl Worker {
         ))
     }
 
+    /// Sends a JSON message.
     pub(crate) fn send(&mut self, message: &Value) -> Result<(), WorkerError> {
-        let written = write_frame(&mut *self.stdin.lock(), message);
-        written.map_err(|e| match self.status() {
-            Some(status) => WorkerError::Gone(status),
-            None => WorkerError::Write(e),
-        })
+        let sent = send_json(&self.to, message);
+        sent.map_err(|e| self.send_failed(e))
     }
 
-    /// The next frame other than a `log` (logged here), waiting at most
+    /// Sends a binary message of `kind`.
+    pub(crate) fn send_binary(&mut self, kind: u32, payload: &[u8]) -> Result<(), WorkerError> {
+        let sent = self.to.lock().send(kind, payload);
+        sent.map_err(|e| self.send_failed(e))
+    }
+
+    fn send_failed(&mut self, e: SendError) -> WorkerError {
+        if matches!(e, SendError::Stuck) {
+            // Its channel is out of step from here on.
+            self.kill();
+        }
+        match self.status() {
+            Some(status) => WorkerError::Gone(status),
+            None => WorkerError::Write(e),
+        }
+    }
+
+    /// The next message other than a `log` (logged here), waiting at most
     /// `timeout`. A timeout loses nothing: the next call goes on reading.
-    pub(crate) fn next(&mut self, timeout: Duration) -> Result<Value, WorkerError> {
+    pub(crate) fn next(&mut self, timeout: Duration) -> Result<Incoming, WorkerError> {
         match self.next_or_woken(timeout, None)? {
-            Some(frame) => Ok(frame),
+            Some(message) => Ok(message),
             None => Err(WorkerError::Timeout(timeout)),
         }
     }
@@ -212,43 +265,59 @@ impl Worker {
         &mut self,
         timeout: Duration,
         wake: Option<&Wake>,
-    ) -> Result<Option<Value>, WorkerError> {
+    ) -> Result<Option<Incoming>, WorkerError> {
         let deadline = Instant::now() + timeout;
+        let broken = |e: &dyn std::fmt::Display| WorkerError::Gone(format!("sent a broken message: {e}"));
         loop {
-            let broken = |e: io::Error| WorkerError::Gone(format!("sent a broken frame: {e}"));
-            if let Some(frame) = self.frames.take().map_err(broken)? {
+            if let Some((kind, payload)) = self.from.take().map_err(|e| broken(&e))? {
+                match kind {
+                    RESPONSES => return Ok(Some(Incoming::Responses(payload))),
+                    RESPONSE => return Ok(Some(Incoming::Response(payload))),
+                    JSON => {}
+                    kind => return Err(broken(&format_args!("a record of unknown kind {kind}"))),
+                }
+                let frame: Value = serde_json::from_slice(&payload).map_err(|e| broken(&e))?;
+                if !frame.is_object() {
+                    return Err(broken(&"a JSON message is not an object"));
+                }
                 if frame["op"] == "log" {
                     log_frame(&self.label, &frame);
                     continue;
                 }
-                return Ok(Some(frame));
+                return Ok(Some(Incoming::Json(frame)));
+            }
+            if self.closed {
+                let status = self.wait_status(Duration::from_secs(2));
+                return Err(WorkerError::Gone(status));
+            }
+            if self.from.arm() {
+                continue;
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if !self.readable(left, wake).map_err(broken)? {
+            let rung = self.readable(left, wake);
+            self.from.disarm();
+            if !rung.map_err(|e| broken(&e))? {
                 return Ok(None);
             }
-            if !self.frames.fill().map_err(broken)? {
-                let status = self.wait_status(Duration::from_secs(2));
-                return Err(WorkerError::Gone(match self.frames.is_mid_frame() {
-                    true => format!("{status} in the middle of a frame"),
-                    false => status,
-                }));
+            if !self.from.answer_doorbell().map_err(|e| broken(&e))? {
+                // The worker is gone; what it published before is read first.
+                self.closed = true;
             }
         }
     }
 
-    /// Waits up to `timeout` for the worker's stdout to have data (or to
-    /// end): false after the timeout, or when `wake` was signalled first.
+    /// Waits up to `timeout` for the doorbell to ring (or the worker to
+    /// go): false after the timeout, or when `wake` was signalled first.
     fn readable(&self, timeout: Duration, wake: Option<&Wake>) -> io::Result<bool> {
         use rustix::event::{PollFd, PollFlags, Timespec, poll};
         let timeout = Timespec::try_from(timeout).unwrap_or(Timespec {
             tv_sec: i64::MAX,
             tv_nsec: 0,
         });
-        let stdout = self.frames.get_ref().as_fd();
-        let other = wake.map_or(stdout, |wake| wake.fd.as_fd());
+        let doorbell = self.from.doorbell();
+        let other = wake.map_or(doorbell, |wake| wake.fd.as_fd());
         let mut fds = [
-            PollFd::new(&stdout, PollFlags::IN),
+            PollFd::new(&doorbell, PollFlags::IN),
             PollFd::new(&other, PollFlags::IN),
         ];
         let watched = if wake.is_some() { 2 } else { 1 };
@@ -272,9 +341,9 @@ impl Worker {
         }
     }
 
-    /// The worker's stdin, for writers on other threads.
-    pub(crate) fn stdin(&self) -> Stdin {
-        Arc::clone(&self.stdin)
+    /// The way to the worker, for writers on other threads.
+    pub(crate) fn to(&self) -> ToWorker {
+        Arc::clone(&self.to)
     }
 
     /// Kills the worker (after a timeout its stream is out of step).
