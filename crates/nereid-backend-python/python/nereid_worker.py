@@ -3,17 +3,18 @@
 Runs one instance of a Triton Python-backend model (a `model.py` defining
 `class TritonPythonModel`) for the Nereid server, which starts it as
 `python nereid_worker.py` with this folder on PYTHONPATH and speaks the
-protocol described in README.md: length-prefixed JSON frames on stdin and
-stdout, tensor bytes in shared-memory files.
+protocol described in README.md: messages in a shared-memory channel
+(binary on the request path, JSON otherwise) with stdin and stdout as its
+doorbells, tensor bytes in shared-memory files.
 
-There is no reader thread: a thread reads frames when it waits for one
+There is no reader thread: a thread reads messages when it waits for one
 (nereid_pb/inbox.py). The main thread reads while it waits for the next
 request and while an `async def execute` runs; a thread waiting for a BLS
 answer reads when no other thread does; `is_cancelled()` reads what has
-arrived. Whichever thread reads a frame routes it (`Worker.route`):
-`bls_response`, `reply` and `cancel` are handled at once, the other frames
-queue for the main thread, which runs the model. Log lines, custom metrics
-and model control calls go out on the side channel (fd 3).
+arrived. Whichever thread reads a message routes it (`Worker.route`):
+`bls_response`, `reply`, `cancel` and `release` are handled at once, the
+others queue for the main thread, which runs the model. Log lines, custom
+metrics and model control calls go out on the side channel (fd 3).
 """
 
 import asyncio
@@ -22,28 +23,24 @@ import importlib.util
 import collections
 import json
 import os
+import platform
 import signal
+import struct
 import sys
 import threading
 import traceback
 
-from nereid_pb import runtime
+from nereid_pb import messages, runtime
+from nereid_pb.channel import CANCEL, EXECUTE, RELEASE, RESPONSES, Channel, supported
 from nereid_pb.inbox import Inbox
 from nereid_pb.shm import InputFiles, OutputArena
-from nereid_pb.wire import (
-    ChannelClosed,
-    FrameReader,
-    FrameWriter,
-    ProtocolError,
-    read_tensor,
-    to_json,
-    write_tensors,
-)
+from nereid_pb.wire import ChannelClosed, FrameWriter, ProtocolError, region_tensor
 from triton_python_backend_utils import (
     TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
     InferenceRequest,
     InferenceResponse,
     ModelConfig,
+    TritonError,
     TritonModelException,
 )
 
@@ -76,15 +73,6 @@ def _is_decoupled(model_config):
         return bool((config.get("model_transaction_policy") or {}).get("decoupled"))
     except (ValueError, AttributeError):
         return False
-
-
-def _request_keys(message):
-    """The ids of an execute frame's requests, as far as the frame is
-    usable (build_requests reports what is wrong with it)."""
-    entries = message.get("requests")
-    if type(entries) is not list:
-        return []
-    return [str(entry.get("id", "")) for entry in entries if type(entry) is dict]
 
 
 class ContractError(Exception):
@@ -126,29 +114,6 @@ def _expect(value, kind, what):
     raise ProtocolError(f"{what} has the wrong type ({type(value).__name__}, expected {kind.__name__})")
 
 
-def _request_error(index, entry):
-    """The ProtocolError saying what is wrong with request `index` of an
-    execute frame, which build_requests could not use."""
-    try:
-        get = _expect(entry, dict, "the request").get
-        _expect(get("inputs", []), list, "'inputs'")
-        _expect(get("request_id", ""), str, "'request_id'")
-        correlation_id = get("correlation_id", 0)
-        if type(correlation_id) not in (int, str):
-            raise ProtocolError(
-                "'correlation_id' has the wrong type "
-                f"({type(correlation_id).__name__}, expected int or str)"
-            )
-        _expect(get("flags", 0), int, "'flags'")
-        _expect(get("timeout", 0), int, "'timeout'")
-        _expect(get("parameters") or {}, dict, "'parameters'")
-        for name in _expect(get("requested_output_names", []), list, "'requested_output_names'"):
-            _expect(name, str, "a requested output name")
-    except ProtocolError as error:
-        return ProtocolError(f"request {index}: {error}")
-    return ProtocolError(f"request {index} is unusable: {entry!r}")
-
-
 class Worker:
     """The model instance and the protocol handlers around it."""
 
@@ -165,11 +130,32 @@ class Worker:
         self.executes = 0
 
     def route(self, message):
-        """Handle what the thread reading frames got (see Inbox): a
+        """Handle what the thread reading messages got (see Inbox): a
         `bls_response`, `reply`, `cancel` or `release` at once; anything else
-        (other frames, undecodable ones, end of input) is queued for the
-        main thread."""
-        if type(message) is dict:
+        (other messages, undecodable ones, end of input) is queued for the
+        main thread. An `execute` is decoded here, so that a `cancel` routed
+        before it is handled counts."""
+        if type(message) is tuple:
+            kind, payload = message
+            try:
+                if kind == RELEASE:
+                    self.runtime.release_responses(messages.decode_release(payload))
+                    return
+                if kind == CANCEL:
+                    self.runtime.cancel(messages.decode_cancel(payload))
+                    return
+                if kind != EXECUTE:
+                    raise ProtocolError(f"a message of unknown kind {kind}")
+            except ProtocolError as error:
+                self.runtime.log("error", f"ignored a bad message: {error}", __file__, 0)
+                return
+            try:
+                message = messages.decode_execute(payload)
+            except ProtocolError as error:
+                message = error
+            else:
+                self.runtime.track([request.key for request in message[1]])
+        elif type(message) is dict:
             op = message.get("op")
             try:
                 if op == "bls_response":
@@ -178,19 +164,9 @@ class Worker:
                 if op == "reply":
                     self.runtime.finish_call(message.get("tag"), message)
                     return
-                if op == "cancel":
-                    ids = _expect(message.get("request_ids"), list, "cancel 'request_ids'")
-                    self.runtime.cancel([str(key) for key in ids])
-                    return
-                if op == "release":
-                    read = message.get("read")
-                    self.runtime.release_responses(_expect(read, int, "release 'read'"))
-                    return
             except Exception as error:
                 self.runtime.log("error", f"ignored a bad '{op}' frame: {error}", __file__, 0)
                 return
-            if op == "execute":
-                self.runtime.track(_request_keys(message))
         elif message is None:
             self.runtime.close(_CLOSED)
         self.requests.append(message)
@@ -201,7 +177,6 @@ class Worker:
         handlers = {
             "auto_complete": self.auto_complete,
             "initialize": self.initialize,
-            "execute": self.execute,
             "finalize": self.finalize,
         }
         try:
@@ -213,6 +188,9 @@ class Worker:
                     return 0
                 if isinstance(message, ProtocolError):
                     self.send_error(message)
+                    continue
+                if type(message) is tuple:
+                    self.execute(*message)
                     continue
                 handler = handlers.get(message.get("op"))
                 if handler is None:
@@ -310,27 +288,26 @@ class Worker:
         self.writer.send({"op": "ready"})
         return None
 
-    def execute(self, message):
-        """Run the model on an execute frame's requests and answer. A
+    def execute(self, read, entries):
+        """Run the model on an execute message's requests and answer. A
         decoupled model's requests stay open past the answer until each has
         had its final flag, sent from any thread."""
         requests = []
         try:
-            # The server has read these output frames: their memory is free.
-            read = message.get("read")
-            self.runtime.release_responses(read if type(read) is int else None)
+            # The server has read these output messages: their memory is free.
+            self.runtime.release_responses(read)
             self.executes += 1
             if self.executes % _PRUNE_EVERY == 0:
                 self.runtime.files.prune()
             try:
                 if self.model is None:
                     raise ProtocolError("execute before initialize")
-                requests = self.build_requests(message, self.runtime.cancelled)
+                requests = self.build_requests(entries, self.runtime.cancelled)
             except Exception as error:
                 self.send_error(error)
                 return None
             try:
-                responses, blocks = self.run_model(requests)
+                answer, blocks = self.run_model(requests)
             except ChannelClosed:
                 raise
             except _MODEL_ERRORS as error:
@@ -339,28 +316,12 @@ class Worker:
                 for request in requests:
                     request._closed = True
                 text = str(error) if isinstance(error, ContractError) else triton_error_text(error)
-                failure = (
+                self.runtime.send_batch_error(
                     f"Failed to process the request(s) for model '{self.instance_name}', "
                     f"message: {text}"
                 )
-                # Numbered like every `responses` frame (see send_outputs).
-                self.runtime.send_outputs(to_json({
-                    "op": "responses", "responses": None,
-                    "error": {"message": failure, "code": "INTERNAL"},
-                }), [])
             else:
-                responses = ",".join(responses)
-                rescheduled = [
-                    request._key for request in requests
-                    if request._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
-                ]
-                for request in requests:
-                    if request._key in rescheduled:
-                        request._closed = True
-                extra = f',"rescheduled":{to_json(rescheduled)}' if rescheduled else ""
-                self.runtime.send_outputs(
-                    f'{{"op":"responses","responses":[{responses}],"error":null{extra}}}', blocks
-                )
+                self.runtime.send_outputs(RESPONSES, answer, blocks)
         finally:
             # Requests still open (a decoupled model's) are closed by their
             # final flag; the others are done.
@@ -368,58 +329,34 @@ class Worker:
                 request._key for request in requests
                 if self.runtime.decoupled and not request._closed
             }
-            for key in _request_keys(message):
-                if key not in open_keys:
-                    self.runtime.close_request(key)
+            for entry in entries:
+                if entry.key not in open_keys:
+                    self.runtime.close_request(entry.key)
         return None
 
-    def build_requests(self, message, cancelled):
-        entries = _expect(message.get("requests"), list, "execute 'requests'")
+    def build_requests(self, entries, cancelled):
         files = self.runtime.files
-        requests = []
-        for index, entry in enumerate(entries):
-            # One pass of exact type checks (JSON gives exact types); anything
-            # off is explained by _request_error.
-            try:
-                get = entry.get
-                key = str(get("id", ""))
-                descriptors = get("inputs", [])
-                request_id = get("request_id", key)
-                correlation_id = get("correlation_id", 0)
-                flags = get("flags", 0)
-                timeout = get("timeout", 0)
-                parameters = get("parameters") or {}
-                names = get("requested_output_names", [])
-                for name in names:
-                    if type(name) is not str:
-                        raise TypeError
-                if (type(descriptors) is not list or type(request_id) is not str
-                        or type(correlation_id) not in (int, str) or type(flags) is not int
-                        or type(timeout) is not int or type(parameters) is not dict
-                        or type(names) is not list):
-                    raise TypeError
-            except (AttributeError, TypeError):
-                raise _request_error(index, entry) from None
-            requests.append(
-                InferenceRequest._from_server(
-                    key=key,
-                    inputs=[read_tensor(descriptor, files, copy=False) for descriptor in descriptors],
-                    request_id=request_id,
-                    correlation_id=correlation_id,
-                    flags=flags,
-                    timeout=timeout,
-                    parameters=parameters,
-                    requested_output_names=names,
-                    cancelled=cancelled,
-                )
+        return [
+            InferenceRequest._from_server(
+                key=entry.key,
+                inputs=[region_tensor(*tensor, files) for tensor in entry.inputs],
+                request_id=entry.request_id,
+                correlation_id=entry.correlation_id,
+                flags=entry.flags,
+                timeout=entry.timeout,
+                parameters=entry.parameters,
+                requested_output_names=entry.outputs,
+                cancelled=cancelled,
             )
-        return requests
+            for entry in entries
+        ]
 
     def run_model(self, requests):
-        """Call execute and encode its responses (the answer's "responses",
-        as JSON texts; "null" for a request answered through its response
-        sender), with the arena Blocks holding their outputs. A decoupled
-        model's `async def execute` runs on in the background, as in Triton."""
+        """Call execute and encode its answer (a `responses` message), with
+        the arena Blocks holding its outputs. A request answered through its
+        response sender, or a decoupled model's, has no entry there. A
+        decoupled model's `async def execute` runs on in the background, as
+        in Triton."""
         if not hasattr(self.model, "execute"):
             raise ContractError(f"Python model {self.model_file} does not implement `execute` method.")
         result = self.model.execute(requests)
@@ -430,8 +367,6 @@ class Worker:
             else:
                 result = self.runtime.run_coroutine(result)
         if result is None:
-            if self.runtime.decoupled:
-                return ["null"] * len(requests), []
             result = [None] * len(requests)
         elif self.runtime.decoupled:
             raise ContractError(
@@ -446,13 +381,20 @@ class Worker:
                 f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, "
                 f"and InferenceResponse(s) size is:{len(result)}\n"
             )
-        encoded, blocks = [], []
+        encoder = messages.Encoder()
+        encoder.parts.append(struct.pack("<I", len(requests)))
+        blocks = []
         try:
             for response, request in zip(result, requests):
+                rescheduled = request._release_flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
                 if response is None:
-                    encoded.append("null")
+                    if rescheduled:
+                        request._closed = True
+                        encoder.parts.append(messages.SLOT_RESCHEDULED)
+                    else:
+                        encoder.parts.append(messages.SLOT_KEPT)
                     continue
-                if request._release_flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                if rescheduled:
                     raise ContractError(
                         "Expected a None object in the execute function return list for "
                         f"reschduled request, found type '{type(response)}'."
@@ -467,13 +409,12 @@ class Worker:
                         "Unable to send response. Response sender has been closed."
                     )
                 request._closed = True
-                encoded.append(self.runtime.encode_response(
-                    response, request._requested_output_names, blocks
-                ))
+                encoder.parts.append(messages.SLOT_ANSWERED)
+                encoder.entry(response, request._requested_output_names, self.arena, blocks)
         except BaseException:
             self.arena.free(*blocks)
             raise
-        return encoded, blocks
+        return encoder.message(b"\0"), blocks
 
     def fail_stream(self, requests, error):
         """A decoupled model's background `async def execute` raised: each
@@ -481,12 +422,12 @@ class Worker:
         text = triton_error_text(error)
         message = f"Failed to process the request(s) for model '{self.instance_name}', message: {text}"
         self.runtime.log("error", message, __file__, 0)
-        body = json.dumps({"outputs": [], "error": {"message": message, "code": "INTERNAL"}})
+        response = InferenceResponse(error=TritonError(message, TritonError.INTERNAL))
         for request in requests:
             if not request._closed:
                 request._closed = True
                 try:
-                    self.runtime.send_response(request._key, body, True)
+                    self.runtime.send_response(request._key, response, (), True)
                 except ChannelClosed:
                     return
 
@@ -516,8 +457,8 @@ class Worker:
 
 
 def take_over_stdio():
-    """Keep the real stdin/stdout for frames only; returns the descriptors
-    to read and write frames on (two pipes, or one socket twice). Afterwards
+    """Keep the real stdin/stdout as the channel's doorbells only; returns
+    their descriptors (two pipes, or one socket twice). Afterwards
     fd 1 is stderr, so model prints (Python's or a C library's) land in the
     server's log, and fd 0 is /dev/null, so nothing in the model can eat a
     frame."""
@@ -543,9 +484,23 @@ def side_channel():
     return FrameWriter(fd)
 
 
+def channel(doorbell_in, doorbell_out):
+    """The channel to the server, on the descriptor NEREID_CHANNEL_FD names."""
+    fd = os.environ.pop("NEREID_CHANNEL_FD", "")
+    if not fd.isdigit():
+        raise SystemExit("nereid_worker: NEREID_CHANNEL_FD names no channel; the Nereid server starts this program")
+    if not supported():
+        raise SystemExit(
+            "nereid_worker: the shared-memory channel needs an x86-64 machine "
+            f"(this is {platform.machine()})"
+        )
+    return Channel(int(fd), doorbell_in, doorbell_out)
+
+
 def main():
-    reader, writer = take_over_stdio()
-    worker = Worker(FrameReader(reader), FrameWriter(writer), side_channel())
+    doorbell_in, doorbell_out = take_over_stdio()
+    link = channel(doorbell_in, doorbell_out)
+    worker = Worker(link.reader, link.writer, side_channel())
     # As Triton's stub: Ctrl-C in the server's terminal must not kill the
     # model before the server finalizes it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -8,9 +8,9 @@
 //! `head` on. The consumer reads records up to `head` and moves `tail`
 //! on. A consumer that finds the ring empty sets `sleeping`, looks once
 //! more, and waits on its doorbell pipe; a producer rings the doorbell (one
-//! byte, one system call) only when it sees `sleeping` set. So a side that
-//! is running gets messages with no system call at all, and a side that
-//! sleeps is woken once. A pipe, not an eventfd, because its end of file
+//! byte, one system call) only when it sees `sleeping` set, and clears it.
+//! So a side that is running gets messages with no system call at all, and
+//! a side that sleeps is woken once for all the messages it then reads. A pipe, not an eventfd, because its end of file
 //! tells each side that the other is gone.
 //!
 //! The layout (`python/README.md`, "Channel", is the reference):
@@ -202,7 +202,11 @@ impl Sender {
             .head()
             .store(start + need as u64, Ordering::Release);
         fence(Ordering::SeqCst);
-        if self.ring.sleeping().load(Ordering::Relaxed) != 0 {
+        // Cleared as it is rung, so that the messages after this one, which
+        // the woken side reads in the same go, ring no more.
+        if self.ring.sleeping().load(Ordering::Relaxed) != 0
+            && self.ring.sleeping().swap(0, Ordering::SeqCst) != 0
+        {
             self.doorbell.write_all(&[1]).map_err(SendError::Closed)?;
         }
         Ok(())

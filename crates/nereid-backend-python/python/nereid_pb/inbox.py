@@ -1,17 +1,18 @@
-"""Frames from the server, read by whichever thread needs one.
+"""Messages from the server, read by whichever thread needs one.
 
 The worker has no reader thread. A thread that must wait for something a
 frame brings (the main thread for its next request, a model thread for its
 BLS answer, the main thread while an `async def execute` runs) calls
-`Inbox.wait(ready)`. One waiting thread at a time, the leader, reads frames
+`Inbox.wait(ready)`. One waiting thread at a time, the leader, reads messages
 and routes every one of them, whichever thread it concerns; the others sleep
 on a condition variable. When the leader's own `ready()` turns true it stops
 reading and one of the others takes over (leader/follower). `poll_now`
-routes frames that are already there without waiting, so that
+routes messages that are already there, without a system call, so that
 `is_cancelled()` sees a `cancel` while the model computes.
 
-What `route` receives, in the order the server sent it: each frame's message
-(a dict), a ProtocolError for a frame that is not a JSON object, and None
+What `route` receives, in the order the server sent it: each message (a
+dict for a JSON one, (kind, payload) for a binary one), a ProtocolError for
+a JSON record that is not an object, and None
 once at end of input. It runs in the reading thread, outside the Inbox's
 lock, and must not raise. A thread that makes some `ready()` true other than
 by routing a frame (a finished `async def execute`) calls `wake`, which
@@ -26,7 +27,7 @@ from .wire import ProtocolError
 
 
 class Inbox:
-    """Leader/follower reading of a FrameReader; see the module docstring."""
+    """Leader/follower reading of a ChannelReader; see the module docstring."""
 
     def __init__(self, reader, route):
         self._reader = reader
@@ -95,12 +96,15 @@ class Inbox:
                 self._cond.notify_all()
 
     def _pump(self, timeout):
-        """Route the whole frames already buffered. If there are none, read
-        once and route what came: with `timeout` None, in a blocking read
-        (which `wake` cannot cut short); otherwise after polling input and
-        the wake-up pipe for up to `timeout` ms (negative: no limit), if
-        input came."""
-        if self._route_buffered():
+        """Route the messages already there. If there are none, wait once
+        and route what came: with `timeout` None, in a blocking read of the
+        doorbell (which `wake` cannot cut short); with 0, not at all;
+        otherwise after polling the doorbell and the wake-up pipe for up to
+        `timeout` ms (negative: no limit), if the doorbell rang."""
+        if self._route_buffered() or timeout == 0:
+            return
+        if self._reader.arm():
+            self._route_buffered()
             return
         readable = timeout is None
         if not readable:
@@ -113,6 +117,7 @@ class Inbox:
                 else:
                     readable = True
         if not readable:
+            self._reader.disarm()
             return
         if not self._reader.fill():
             with self._cond:
@@ -122,7 +127,7 @@ class Inbox:
         self._route_buffered()
 
     def _route_buffered(self):
-        """Route every whole frame in the reader's buffer; whether there was one."""
+        """Route every message waiting; whether there was one."""
         routed = False
         while True:
             try:

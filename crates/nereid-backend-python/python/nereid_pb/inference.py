@@ -199,7 +199,7 @@ class InferenceRequest:
                 __file__,
                 0,
             )
-            current.send_response(self._key, "null", True, note="released")
+            current.send_response(self._key, None, (), True, note=True)
         except Exception:
             pass
 
@@ -422,10 +422,7 @@ class ResponseSender:
             if final:
                 request._closed = True
             self._sent += 1
-            body, blocks = "null", []
-            if response is not None:
-                body = current.encode_response(response, request._requested_output_names, blocks)
-            current.send_response(request._key, body, final, blocks=blocks)
+            current.send_response(request._key, response, request._requested_output_names, final)
 
     def is_cancelled(self):
         """Whether the client of the request gave up."""

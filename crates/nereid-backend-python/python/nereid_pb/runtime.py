@@ -23,8 +23,10 @@ import itertools
 import sys
 import threading
 
+from . import messages
+from .channel import RESPONSE, RESPONSES
 from .errors import ErrorCode, TritonError
-from .wire import ChannelClosed, read_tensor, to_json, write_tensors
+from .wire import ChannelClosed, read_tensor, write_tensors
 
 _current = None
 
@@ -104,45 +106,49 @@ class Runtime:
 
     # Responses -----------------------------------------------------------------
 
-    def encode_response(self, response, wanted, blocks):
-        """An InferenceResponse as the JSON text of a response entry, its
-        outputs among `wanted` (names) written to the arena in a Block that
-        is appended to `blocks`, to be sent with the frame (`send_outputs`)."""
-        parameters = to_json(response._parameters) if response._parameters else "{}"
-        error = response._error
-        if error is not None:
-            error = to_json({"message": error.message(), "code": error.code().name})
-            return f'{{"outputs":[],"error":{error},"parameters":{parameters}}}'
-        tensors = [tensor for tensor in response._output_tensors if tensor._name in wanted]
-        descriptors, block = write_tensors(tensors, self.arena)
-        blocks.append(block)
-        return f'{{"outputs":[{",".join(descriptors)}],"error":null,"parameters":{parameters}}}'
-
-    def send_response(self, key, response_json, final, note=None, blocks=()):
-        """Send a `response` frame for request `key`: the response entry's
-        JSON text (or "null" for the final flag alone) and the Blocks it
-        names. A final flag ends the request's tracking."""
-        extra = f',"note":{to_json(note)}' if note else ""
-        self.send_outputs(
-            f'{{"op":"response","id":{to_json(key)},"response":{response_json},'
-            f'"final":{"true" if final else "false"}{extra}}}',
-            blocks,
-        )
+    def send_response(self, key, response, wanted, final, note=False):
+        """Send a `response` message for request `key`: an InferenceResponse
+        (its outputs among `wanted`, written to the arena) or None for the
+        final flag alone. `note` marks a final flag the worker sent itself.
+        A final flag ends the request's tracking."""
+        encoder = messages.Encoder()
+        blocks = []
+        if response is None:
+            encoder.parts.append(b"\0")
+        else:
+            encoder.parts.append(b"\1")
+            encoder.entry(response, wanted, self.arena, blocks)
+        head = messages.response_head(key, final, note)
+        self.send_outputs(RESPONSE, encoder.message(head), blocks)
         if final:
             self.close_request(key)
 
-    def send_outputs(self, frame_json, blocks):
-        """Send a frame that carries response outputs, numbering it so that
-        its Blocks are freed when the server has read it (`release`)."""
+    def send_outputs(self, kind, payload, blocks):
+        """Send a message that carries response outputs (`responses`,
+        `response`), numbering it so that its Blocks are freed when the
+        server has read it (`release`)."""
         with self._output_lock:
             number = self._output_frames
             self._output_frames += 1
             if blocks:
                 with self._unreleased_lock:
                     self._unreleased.append((number, list(blocks)))
-            # Written under the lock, so frames reach the server in the
+            # Written under the lock, so messages reach the server in the
             # order of their numbers.
-            self.writer.send_json(frame_json)
+            try:
+                self.writer.send_message(kind, payload)
+            except BaseException:
+                if blocks:
+                    with self._unreleased_lock:
+                        self._unreleased = collections.deque(
+                            entry for entry in self._unreleased if entry[0] != number
+                        )
+                    self.arena.free(*blocks)
+                raise
+
+    def send_batch_error(self, message):
+        """Fail every request of the running execute with `message`."""
+        self.send_outputs(RESPONSES, messages.batch_error(message), [])
 
     def release_responses(self, read=None):
         """Free the Blocks of the output frames the server has read: the

@@ -1,9 +1,9 @@
-"""Frames on the control channel, and tensor descriptors.
+"""JSON messages, and the tensor descriptors they carry.
 
-A frame is a 4-byte little-endian length and that many bytes of UTF-8 JSON
-holding one object. The worker reads and writes frames with os.read and
-os.write on file descriptors, so the server may hand it two pipes or one
-socket used both ways. A tensor travels as a descriptor
+The side channel carries frames: a 4-byte little-endian length and that
+many bytes of UTF-8 JSON holding one object (FrameWriter). The channel's
+JSON records (channel.py) hold the same objects (`decode_json`). A tensor
+in a JSON message (BLS) travels as a descriptor
 `{"name", "datatype", "shape", "shm": {"path", "offset", "size"}}` whose
 bytes lie in a shared-memory file (see shm.py and README.md).
 """
@@ -32,7 +32,6 @@ _ENCODER = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, check_circular=False, separators=(",", ":")
 )
 _DECODER = json.JSONDecoder()
-_READ_SIZE = 1 << 16
 
 # Fixed-size tensors at least this large are handed to models as views of a
 # private mapping; smaller ones are copied, which is cheaper than refreshing
@@ -48,14 +47,34 @@ class ChannelClosed(ConnectionError):
     """The server end of the channel is gone."""
 
 
+def decode_json(payload):
+    """The object a JSON record or frame holds; ProtocolError when it is not
+    one."""
+    try:
+        text = payload.decode("utf-8")
+        try:
+            message, value_end = _DECODER.raw_decode(text)
+        except ValueError:
+            value_end = -1
+        if value_end != len(text):
+            # Whitespace around the value, more than one value, or not JSON
+            # at all: the full decoder tells which.
+            message = json.loads(text)
+    except ValueError as error:
+        raise ProtocolError(f"frame is not valid JSON: {error}") from None
+    if type(message) is not dict:
+        raise ProtocolError(f"frame holds a JSON {type(message).__name__}, not an object")
+    return message
+
+
 def to_json(value):
     """`value` as compact JSON text."""
     return _ENCODER.encode(value)
 
 
 class FrameWriter:
-    """Frames out to a file descriptor. Thread-safe: the main thread, BLS
-    callers and loggers all write."""
+    """Frames out to a file descriptor (the side channel). Thread-safe:
+    any thread may log or call."""
 
     def __init__(self, fd):
         self._fd = fd
@@ -95,57 +114,6 @@ class FrameWriter:
                 written += os.write(self._fd, memoryview(data)[written:])
         except OSError as error:
             raise ChannelClosed(f"cannot write to the Nereid server: {error}") from error
-
-
-class FrameReader:
-    """Frames in from a file descriptor, through a buffer of its own: `take`
-    returns a frame already read without a system call, `fill` reads more.
-    Whoever polls `fd` must `take` until None first, since bytes in the buffer
-    no longer show up on the descriptor. Not thread-safe: the Inbox lets one
-    thread read at a time."""
-
-    def __init__(self, fd):
-        self.fd = fd
-        self._buffer = bytearray()
-
-    def take(self):
-        """The next whole frame's message (a dict), or None when no whole
-        frame is buffered. A frame that is not a JSON object raises
-        ProtocolError; the frames after it stay readable."""
-        buffer = self._buffer
-        if len(buffer) < _HEADER.size:
-            return None
-        (length,) = _HEADER.unpack_from(buffer)
-        end = _HEADER.size + length
-        if len(buffer) < end:
-            return None
-        payload = buffer[_HEADER.size : end]
-        del buffer[:end]
-        try:
-            text = payload.decode("utf-8")
-            try:
-                message, value_end = _DECODER.raw_decode(text)
-            except ValueError:
-                value_end = -1
-            if value_end != len(text):
-                # Whitespace around the value, more than one value, or not
-                # JSON at all: the full decoder tells which.
-                message = json.loads(text)
-        except ValueError as error:
-            raise ProtocolError(f"frame is not valid JSON: {error}") from None
-        if type(message) is not dict:
-            raise ProtocolError(f"frame holds a JSON {type(message).__name__}, not an object")
-        return message
-
-    def fill(self):
-        """Read what the descriptor holds (waiting while it holds nothing);
-        False at end of input or when the descriptor fails."""
-        try:
-            data = os.read(self.fd, _READ_SIZE)
-        except OSError:
-            return False
-        self._buffer += data
-        return bool(data)
 
 
 def _field(mapping, key, kind, what):
@@ -202,6 +170,17 @@ def read_tensor(descriptor, files, copy):
             raise TypeError
     except (KeyError, TypeError):
         raise _descriptor_error(descriptor) from None
+    return region_tensor(name, triton_type, shape, path, offset, size, files, copy)
+
+
+def region_tensor(name, triton_type, shape, path, offset, size, files, copy=False):
+    """The Tensor whose bytes lie at `offset` in the server's file `path`
+    (see read_tensor; `triton_type` is a TRITONSERVER_TYPE number)."""
+    count = 1
+    for dim in shape:
+        if dim < 0:
+            raise ProtocolError(f"tensor '{name}': shape {list(shape)} has a negative dimension")
+        count *= dim
     if triton_type == TRITONSERVER_TYPE_BYTES:
         region = memoryview(files.shared(path, offset + size))[offset : offset + size] if size else b""
         try:
@@ -210,14 +189,16 @@ def read_tensor(descriptor, files, copy):
             raise ProtocolError(f"tensor '{name}': {error}") from None
         if len(items) != count:
             raise ProtocolError(
-                f"tensor '{name}': holds {len(items)} BYTES elements, shape {shape} needs {count}"
+                f"tensor '{name}': holds {len(items)} BYTES elements, shape {list(shape)} needs {count}"
             )
         return Tensor._wrap(name, object_array(items, shape), triton_type)
-    dtype = STORAGE_DTYPES[triton_type]
+    dtype = STORAGE_DTYPES.get(triton_type)
+    if dtype is None:
+        raise ProtocolError(f"tensor '{name}': unknown type number {triton_type}")
     if size != count * dtype.itemsize:
         raise ProtocolError(
-            f"tensor '{name}': {size} bytes do not fit shape {shape} of "
-            f"{descriptor['datatype']} ({count * dtype.itemsize} bytes)"
+            f"tensor '{name}': {size} bytes do not fit shape {list(shape)} of "
+            f"{WIRE_NAMES[triton_type]} ({count * dtype.itemsize} bytes)"
         )
     if size == 0:
         array = np.empty(shape, dtype)

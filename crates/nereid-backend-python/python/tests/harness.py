@@ -1,8 +1,9 @@
 """Plays the Nereid server's side of the worker protocol (see ../README.md):
-starts nereid_worker.py as a subprocess, writes and reads frames (over two
-pipes, or one socket as the worker's stdin and stdout, plus the side
-channel's pipe), owns a shared-memory file for input tensors, and reads
-output tensors back."""
+starts nereid_worker.py as a subprocess with a channel (its doorbells two
+pipes, or one socket as the worker's stdin and stdout) and the side
+channel's pipe, sends and reads messages (the request path's binary ones
+through codec.py, so tests see dicts), owns a shared-memory file for input
+tensors, and reads output tensors back."""
 
 import json
 import os
@@ -21,6 +22,10 @@ from pathlib import Path
 import numpy as np
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PYTHON_DIR))
+
+import codec  # noqa: E402
+from nereid_pb import channel  # noqa: E402
 MODELS = Path(__file__).resolve().parent / "models"
 # A bound on every wait for the worker, not an expected time: a worker
 # started on a busy machine can take seconds to import numpy and answer.
@@ -67,21 +72,29 @@ class Worker:
 
     def __init__(self, transport="pipes"):
         self._side, side_theirs = os.pipe()
-        env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), NEREID_SIDE_FD=str(side_theirs))
+        channel_fd = channel.create_file()
+        env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), NEREID_SIDE_FD=str(side_theirs),
+                   NEREID_CHANNEL_FD=str(channel_fd))
         command = [sys.executable, str(PYTHON_DIR / "nereid_worker.py")]
+        fds = (side_theirs, channel_fd)
         if transport == "socket":
             self._socket, theirs = socket.socketpair()
             self.process = subprocess.Popen(command, stdin=theirs, stdout=theirs,
-                                            stderr=subprocess.PIPE, env=env, pass_fds=(side_theirs,))
+                                            stderr=subprocess.PIPE, env=env, pass_fds=fds)
             theirs.close()
-            self._to_worker = self._socket.makefile("wb")
-            self._from_worker = self._socket.makefile("rb")
+            doorbell_out = doorbell_in = self._socket.fileno()
         else:
             self._socket = None
             self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            stderr=subprocess.PIPE, env=env, pass_fds=(side_theirs,))
-            self._to_worker, self._from_worker = self.process.stdin, self.process.stdout
+                                            stderr=subprocess.PIPE, env=env, pass_fds=fds)
+            doorbell_out = self.process.stdin.fileno()
+            doorbell_in = self.process.stdout.fileno()
         os.close(side_theirs)
+        link = channel.Channel(os.dup(channel_fd), doorbell_in, doorbell_out, server=True)
+        os.close(channel_fd)
+        self._reader, self._writer = link.reader, link.writer
+        self.keys = codec.Keys()
+        self._executes = queue.Queue()  # the ids of each execute sent, in order
         self._side_buffer = bytearray()
         self._side_frames = []  # side frames other than logs, not yet expected
         self._logs = []
@@ -93,14 +106,31 @@ class Worker:
         self._stderr_reader.start()
 
     def _read_frames(self):
-        stream = self._from_worker
+        """Reads the worker's messages until its doorbell ends, as dicts."""
+        reader = self._reader
         while True:
-            header = stream.read(4)
-            if len(header) < 4:
-                self.frames.put(None)
-                return
-            (length,) = struct.unpack("<I", header)
-            self.frames.put(json.loads(stream.read(length)))
+            message = reader.take()
+            if message is None:
+                if reader.arm():
+                    continue
+                if not reader.fill():
+                    while (message := reader.take()) is not None:
+                        self.frames.put(self._decoded(message))
+                    self.frames.put(None)
+                    return
+                continue
+            self.frames.put(self._decoded(message))
+
+    def _decoded(self, message):
+        if type(message) is dict:
+            if message.get("op") == "error" and not self._executes.empty():
+                self._executes.get_nowait()
+            return message
+        kind, payload = message
+        if kind == channel.RESPONSES:
+            return codec.decode_responses(payload, self.keys, self._executes.get_nowait())
+        assert kind == channel.RESPONSE, f"a message of kind {kind}"
+        return codec.decode_response(payload, self.keys)
 
     def _read_stderr(self):
         for line in self.process.stderr:
@@ -113,17 +143,23 @@ class Worker:
         return "".join(self._stderr)
 
     def send(self, *messages):
-        """Send frames, all in one write."""
-        self.write_raw(b"".join(frame(message) for message in messages))
+        """Send messages: the request path's in binary, the others as JSON."""
+        for message in messages:
+            if message.get("op") in ("execute", "cancel", "release"):
+                if message["op"] == "execute":
+                    self._executes.put([request["id"] for request in message["requests"]])
+                self._writer.send_message(*codec.encode(message, self.keys))
+            else:
+                self._writer.send(message)
 
-    def write_raw(self, data):
-        self._to_worker.write(data)
-        self._to_worker.flush()
+    def send_raw(self, kind, payload):
+        """Send a message of `kind` as given (to test broken ones)."""
+        self._writer.send_message(kind, payload)
 
     def end_input(self):
-        """Close the worker's input (the server going away)."""
+        """Close the worker's doorbell (the server going away)."""
         if self._socket is None:
-            self._to_worker.close()
+            self.process.stdin.close()
         else:
             self._socket.shutdown(socket.SHUT_WR)
 
@@ -204,8 +240,9 @@ class Worker:
                 self.process.wait()
         for name in arena_files(self.process.pid):
             os.unlink(os.path.join("/dev/shm", name))
-        for stream in (self._to_worker, self._from_worker, self.process.stderr):
-            stream.close()
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
         os.close(self._side)
         if self._socket is not None:
             self._socket.close()
@@ -221,7 +258,7 @@ class Worker:
 
 
 def frame(message):
-    """A message as a frame: length, then JSON."""
+    """A message as a side-channel frame: length, then JSON."""
     payload = json.dumps(message).encode("utf-8")
     return struct.pack("<I", len(payload)) + payload
 

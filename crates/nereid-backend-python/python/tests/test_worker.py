@@ -10,6 +10,8 @@ import time
 import numpy as np
 import pytest
 
+import codec
+from nereid_pb import channel
 from harness import (
     NUMPY_TYPES,
     ShmFile,
@@ -282,16 +284,19 @@ def test_protocol_errors_are_answered_and_the_worker_goes_on(start_worker, shm):
     assert worker.expect("error")["message"] == "nereid_pb.wire.ProtocolError: unknown op 'bogus'"
     worker.send({"op": "execute", "requests": []})
     assert worker.expect("error")["message"] == "nereid_pb.wire.ProtocolError: execute before initialize"
-    payload = b"{not json"
-    worker.write_raw(struct.pack("<I", len(payload)) + payload)
+    worker.send_raw(channel.JSON, b"{not json")
     assert worker.expect("error")["message"].startswith("nereid_pb.wire.ProtocolError: frame is not valid JSON")
     worker.initialize("identity")
-    bad = dict(shm.put("INPUT_X", "FP32", np.ones(2, np.float32)), datatype="FP8")
-    worker.send({"op": "execute", "requests": [request("r", [bad], ["OUTPUT_X"])]})
-    assert worker.expect("error")["message"] == "nereid_pb.wire.ProtocolError: tensor 'INPUT_X': unknown datatype 'FP8'"
-    worker.send({"op": "execute", "requests": [request("r", [], ["OUTPUT_X"]), request("s", [], [], flags="x")]})
-    assert worker.expect("error")["message"] == (
-        "nereid_pb.wire.ProtocolError: request 1: 'flags' has the wrong type (str, expected int)")
+    # An execute message cut short, one with a type number Triton lacks,
+    # and one that names a file its table does not hold.
+    _, whole = codec.encode({"op": "execute", "requests": [
+        request("r", [shm.put("INPUT_X", "FP32", np.ones(2, np.float32))], ["OUTPUT_X"])]}, worker.keys)
+    for payload in (whole[:-3], whole.replace(struct.pack("<BI", 11, 1), struct.pack("<BI", 99, 1)),
+                    whole.replace(struct.pack("<IQQ", 0, 0, 8), struct.pack("<IQQ", 5, 0, 8))):
+        worker.send_raw(channel.EXECUTE, payload)
+        error = worker.expect("error")["message"]
+        assert error.startswith("nereid_pb.wire.ProtocolError: "), error
+    assert "unknown type number 99" in error or "names file 5 of 1" in error
     short = dict(shm.put("INPUT_X", "FP32", np.ones(2, np.float32)), shape=[3])
     worker.send({"op": "execute", "requests": [request("r", [short], ["OUTPUT_X"])]})
     assert "8 bytes do not fit shape [3] of FP32 (12 bytes)" in worker.expect("error")["message"]
