@@ -9,7 +9,7 @@ use std::path::Path;
 use tempfile::TempDir;
 
 /// Every file of `python/` a worker needs, by path relative to it.
-const SOURCES: [(&str, &str); 18] = [
+const SOURCES: [(&str, &str); 20] = [
     (
         "nereid_worker.py",
         include_str!("../python/nereid_worker.py"),
@@ -25,6 +25,10 @@ const SOURCES: [(&str, &str); 18] = [
     (
         "nereid_pb/calls.py",
         include_str!("../python/nereid_pb/calls.py"),
+    ),
+    (
+        "nereid_pb/channel.py",
+        include_str!("../python/nereid_pb/channel.py"),
     ),
     (
         "nereid_pb/dlpack.py",
@@ -53,6 +57,10 @@ const SOURCES: [(&str, &str); 18] = [
     (
         "nereid_pb/logger.py",
         include_str!("../python/nereid_pb/logger.py"),
+    ),
+    (
+        "nereid_pb/messages.py",
+        include_str!("../python/nereid_pb/messages.py"),
     ),
     (
         "nereid_pb/metrics.py",
