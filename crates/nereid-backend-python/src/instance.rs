@@ -309,6 +309,7 @@ impl PythonInstance {
     /// The worker broke the protocol: it is stopped (and started again for
     /// the next batch), and the batch fails with what it did.
     fn lose(&self, io: &mut Io, e: BadMessage) -> BackendError {
+        tracing::error!(worker = %self.label, error = %e, "the Python worker broke the protocol; it is stopped");
         io.worker.kill();
         self.fail(e)
     }

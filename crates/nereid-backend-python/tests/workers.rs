@@ -303,6 +303,94 @@ class TritonPythonModel:
 }
 
 #[test]
+fn a_worker_that_breaks_the_channel_fails_its_batch_and_is_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let backends = vec![backend()];
+    let config = r#"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"#;
+    let repo = repository(dir.path(), "broken", "faulty", config);
+    // A model that corrupts its own worker's answer: cut short, or naming
+    // an output region far larger than the file it lies in.
+    let breaks = r#"import json
+import triton_python_backend_utils as pb_utils
+from nereid_pb import messages, runtime
+
+REGION = messages._REGION
+
+
+class Lying:
+    size = REGION.size
+
+    def pack(self, file, offset, size):
+        return REGION.pack(file, offset, size + (1 << 40))
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        messages._REGION = REGION
+        mode = json.loads(requests[0].parameters()).get("mode")
+        current = runtime.current()
+        send = current.send_outputs
+        if mode == "cut":
+            def cut(kind, payload, blocks):
+                current.send_outputs = send
+                send(kind, payload[:-3], blocks)
+            current.send_outputs = cut
+        if mode == "oversize":
+            messages._REGION = Lying()
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+"#;
+    std::fs::write(dir.path().join("broken/1/model.py"), breaks).unwrap();
+    let model = resolve(&repo, "broken", &backends).unwrap();
+    let mut instance = backends[0].load(&source(&model)).unwrap();
+    let outputs = vec!["OUT".to_string()];
+    let run = |instance: &mut Box<dyn ModelInstance>, mode: &str| {
+        let mut parameters = nereid_core::Parameters::new();
+        parameters.insert("mode".into(), nereid_core::Parameter::String(mode.into()));
+        let r = InferRequest {
+            inputs: vec![InputTensor {
+                shape: vec![2],
+                ..f32_input("IN", &[1.0, 2.0])
+            }],
+            parameters,
+            ..Default::default()
+        };
+        let batch = [BatchRequest {
+            request: &r,
+            outputs: &outputs,
+            cancelled: &|| false,
+            responder: None,
+        }];
+        instance
+            .as_request_wise()
+            .unwrap()
+            .execute_requests(&batch)
+            .pop()
+            .unwrap()
+    };
+    let err = run(&mut instance, "cut").unwrap_err().to_string();
+    assert!(
+        err.contains("model 'broken'") && err.contains("started again"),
+        "the worker is stopped, and the batch fails naming the model: {err}"
+    );
+    assert_eq!(f32s(&run(&mut instance, "").unwrap()[0].data), [1.0, 2.0]);
+    let err = run(&mut instance, "oversize").unwrap_err().to_string();
+    assert!(
+        err.contains("model 'broken'") && err.contains("output 'OUT'") && err.contains("past the end"),
+        "{err}"
+    );
+    assert_eq!(
+        f32s(&run(&mut instance, "").unwrap()[0].data),
+        [1.0, 2.0],
+        "the worker goes on after an output it could not place"
+    );
+}
+
+#[test]
 fn a_client_that_stops_waiting_is_seen_by_is_cancelled() {
     let dir = tempfile::tempdir().unwrap();
     let backends = vec![backend()];
