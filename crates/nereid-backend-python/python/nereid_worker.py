@@ -153,6 +153,8 @@ class Worker:
                 message = messages.decode_execute(payload)
             except ProtocolError as error:
                 message = error
+            except Exception as error:
+                message = ProtocolError(f"the execute message could not be read: {error!r}")
             else:
                 self.runtime.track([request.key for request in message[1]])
         elif type(message) is dict:

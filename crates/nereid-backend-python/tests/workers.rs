@@ -324,6 +324,7 @@ REGION = messages._REGION
 
 class Lying:
     size = REGION.size
+    unpack_from = REGION.unpack_from
 
     def pack(self, file, offset, size):
         return REGION.pack(file, offset, size + (1 << 40))
