@@ -12,13 +12,19 @@
 #
 # Environment: PY_REQUESTS (requests per measurement window, 500),
 # PY_ROUNDS (rounds, alternating the servers; medians are reported, 3),
-# NEREID_BIN (target/release/nereid).
+# NEREID_BIN (target/release/nereid), NEREID_BEFORE_BIN (another nereid
+# binary, say one built from an earlier commit, measured as the server
+# "before" in the same rounds: the report then adds a before/after table).
+# Each cell also has the server's CPU per inference: the user + system time
+# of its whole process tree (Python workers and Triton's stubs included)
+# over the inferences the model counted, across the perf_analyzer run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 requests=${PY_REQUESTS:-500}
 rounds=${PY_ROUNDS:-3}
 nereid_bin=${NEREID_BIN:-target/release/nereid}
+before_bin=${NEREID_BEFORE_BIN:-}
 pa=$root/.tools/perf_analyzer/perf_analyzer.sh
 readonly READY_TIMEOUT_S=120 PA_TIMEOUT_S=120 STOP_TIMEOUT_S=20
 BENCH_TAG=python
@@ -55,8 +61,10 @@ start() {
   local http grpc metrics
   read -r http grpc metrics <<<"$(free_ports)"
   case $1 in
-    nereid)
-      "$nereid_bin" --model-repository "$repo" --http-port "$http" --grpc-port "$grpc" \
+    nereid | before)
+      local bin=$nereid_bin
+      [ "$1" = before ] && bin=$before_bin
+      "$bin" --model-repository "$repo" --http-port "$http" --grpc-port "$grpc" \
         --metrics-port "$metrics" --http-address 127.0.0.1 --grpc-address 127.0.0.1 \
         --metrics-address 127.0.0.1 --backend-config="python,python-path=$root/.venv/bin/python" \
         >"$work/$1.log" 2>&1 &
@@ -71,21 +79,26 @@ start() {
 }
 
 results=$work/results.tsv
+servers="nereid triton"
+[ -n "$before_bin" ] && servers="before nereid triton"
 for ((round = 1; round <= rounds; round++)); do
-  for server in nereid triton; do
+  for server in $servers; do
     start "$server"
-    printf '%s\tready\t-\t-\t%s\t-\n' "$server" "$READY_MS" >>"$results"
+    printf '%s\tready\t-\t-\t%s\t-\t-\n' "$server" "$READY_MS" >>"$results"
     for model in add_sub mlp; do
       for protocol in grpc http; do
         port=$grpc_port
         [ "$protocol" = http ] && port=$http_port
         for c in 1 8; do
           csv=$work/${server}_${model}_${protocol}_c$c.csv
+          cpu_before=$(cpu_point "$pid" "$http_port" "$model")
           if timeout "$PA_TIMEOUT_S" "$pa" -m "$model" -i "$protocol" -u "127.0.0.1:$port" -b 1 \
             --concurrency-range "$c" --measurement-mode count_windows \
             --measurement-request-count "$requests" -s 50 -r 5 -f "$csv" >"$csv.log" 2>&1; then
             line=$(awk -F, 'NR == 2 { printf "%.1f\t%d", $2, $10 }' "$csv")
-            printf '%s\t%s\t%s\tc%s\t%s\n' "$server" "$model" "$protocol" "$c" "$line" >>"$results"
+            cpu=$(cpu_env_per_inference "$cpu_before" "$(cpu_point "$pid" "$http_port" "$model")" |
+              sed -n 's/^us_per_inference=//p')
+            printf '%s\t%s\t%s\tc%s\t%s\t%s\n' "$server" "$model" "$protocol" "$c" "$line" "${cpu:--}" >>"$results"
             log "$server $model $protocol c$c: $line"
           else
             log "$server $model $protocol c$c: perf_analyzer failed: $(tail -n 2 "$csv.log" | tr '\n' ' ')"

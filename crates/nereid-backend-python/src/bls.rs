@@ -172,6 +172,7 @@ impl Bls {
         let mut reader = Reader {
             files: &mut files,
             label: &self.label,
+            hold: None,
         };
         let inputs = r["inputs"]
             .as_array()

@@ -323,7 +323,7 @@ impl PythonInstance {
         count: usize,
         mut kept: Kept,
     ) -> Result<Vec<Result<Vec<Tensor>, BackendError>>, BackendError> {
-        io.read += 1;
+        let hold = io.next_output();
         let slots = message::responses(payload).map_err(|e| self.lose(io, e))??;
         if slots.len() != count {
             return Err(self.fail(format_args!(
@@ -340,7 +340,7 @@ impl PythonInstance {
                     Err(reschedule_refused())
                 }
                 Slot::Kept => kept.result(i),
-                Slot::Answered(entry) => io.reader().entry(entry),
+                Slot::Answered(entry) => io.reader(Some(&hold)).entry(entry),
             })
             .collect())
     }

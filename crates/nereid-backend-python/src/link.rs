@@ -17,7 +17,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use crate::bls::Bls;
 use crate::message::{self, BadMessage, CANCEL, Out, RELEASE};
 use crate::open::OpenRequests;
-use crate::shm::WorkerFiles;
+use crate::shm::{Hold, Holds, WorkerFiles};
 use crate::tensors::Reader;
 use crate::worker::{Incoming, Wake, Worker, WorkerError};
 
@@ -55,6 +55,8 @@ pub(crate) struct Io {
     /// out; and how many of those the worker knows of.
     pub(crate) read: u64,
     told: u64,
+    /// The output messages whose regions outputs still view.
+    holds: Holds,
 }
 
 /// A `response` message, its outputs read.
@@ -75,6 +77,7 @@ impl Link {
                 bls,
                 read: 0,
                 told: 0,
+                holds: Holds::default(),
             }),
             busy: AtomicBool::new(false),
             polling: AtomicBool::new(false),
@@ -168,19 +171,28 @@ impl Link {
 impl Io {
     /// Reads a `response` message's outputs, counting it.
     pub(crate) fn response(&mut self, payload: &[u8]) -> Result<Response, BadMessage> {
-        self.read += 1;
+        let hold = self.next_output();
         let (id, last, entry) = message::response(payload)?;
         Ok(Response {
             id,
-            response: entry.map(|entry| self.reader().entry(entry)),
+            response: entry.map(|entry| self.reader(Some(&hold)).entry(entry)),
             last,
         })
     }
 
-    pub(crate) fn reader(&mut self) -> Reader<'_> {
+    /// Counts an output message (`responses`, `response`) read; its
+    /// regions are held while views of them live.
+    pub(crate) fn next_output(&mut self) -> Arc<Hold> {
+        self.read += 1;
+        self.holds.hold(self.read - 1)
+    }
+
+    /// Reads outputs, as views held by `hold` where they are large.
+    pub(crate) fn reader(&mut self, hold: Option<&Arc<Hold>>) -> Reader<'_> {
         Reader {
             files: &mut self.files,
             label: &self.label,
+            hold: hold.cloned(),
         }
     }
 
@@ -220,12 +232,12 @@ impl Io {
         }
     }
 
-    /// Tells the worker it may reuse the memory of the output frames read,
-    /// once at least `at_least` are new.
+    /// Tells the worker it may reuse the memory of the output messages
+    /// read and not held, once at least `at_least` are new.
     fn release(&mut self, at_least: u64) {
         if self.read >= self.told + at_least {
             let mut release = Out::default();
-            release.u64(self.read);
+            release.u64(self.holds.releasable(self.read));
             if self.worker.send_binary(RELEASE, &release.0).is_ok() {
                 self.told = self.read;
             }
@@ -236,7 +248,7 @@ impl Io {
     /// memory of that many output frames.
     pub(crate) fn told_read(&mut self) -> u64 {
         self.told = self.read;
-        self.read
+        self.holds.releasable(self.read)
     }
 
     /// Tells the worker of the open requests whose clients went away, and
@@ -284,6 +296,9 @@ impl Io {
         self.worker = worker;
         self.read = 0;
         self.told = 0;
+        // Views of the old worker's files keep their mappings; its numbers
+        // mean nothing to the new one.
+        self.holds = Holds::default();
         self.files.prune();
         self.bls.restarted();
     }

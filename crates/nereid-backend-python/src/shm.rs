@@ -8,14 +8,18 @@
 //! server changes an input region only after the worker has answered the
 //! execute that used it and every request of it that stayed open has
 //! ended, and the worker changes an output region only after the server
-//! said it read the frame naming it, by which time it has copied it out.
+//! said it is done with the message naming it: it has copied the region
+//! out, or the views it kept of it (large outputs, [`Holds`]) are gone.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use bytes::Bytes;
 use memmap2::{Mmap, MmapMut};
+use parking_lot::Mutex;
 use tempfile::NamedTempFile;
 
 /// Where a tensor's bytes are: a file, an offset and a length.
@@ -111,19 +115,98 @@ impl Arena {
     }
 }
 
+/// Outputs at least this large are not copied out of the worker's file:
+/// the server's tensor is a view of it, held (see [`Holds`]) until the
+/// response has gone out. Smaller ones are copied, which costs less than
+/// the holding.
+pub(crate) const VIEW_MIN: usize = 64 << 10;
+
+/// The worker's output messages (by number) whose regions the server
+/// still reads through views; the worker may reuse the regions of the
+/// messages before the first of them.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Holds(Arc<Mutex<BTreeSet<u64>>>);
+
+impl Holds {
+    /// A hold on message `number`'s regions, for its views to share.
+    pub(crate) fn hold(&self, number: u64) -> Arc<Hold> {
+        self.0.lock().insert(number);
+        Arc::new(Hold {
+            number,
+            holds: self.clone(),
+        })
+    }
+
+    /// How many output messages the worker may reuse the regions of, of
+    /// the `read` the server has read.
+    pub(crate) fn releasable(&self, read: u64) -> u64 {
+        self.0.lock().first().map_or(read, |&held| held.min(read))
+    }
+}
+
+/// Keeps one output message's regions from being reused while it lives.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    number: u64,
+    holds: Holds,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.holds.0.lock().remove(&self.number);
+    }
+}
+
+/// A view of a region of a worker's file, as a tensor's bytes.
+struct View {
+    map: Arc<Mmap>,
+    start: usize,
+    end: usize,
+    _hold: Arc<Hold>,
+}
+
+impl AsRef<[u8]> for View {
+    fn as_ref(&self) -> &[u8] {
+        &self.map[self.start..self.end]
+    }
+}
+
 /// Read-only mappings of the worker's files, by path, remapped when a
 /// region reaches past what is mapped (the file grew).
 #[derive(Debug, Default)]
 pub(crate) struct WorkerFiles {
-    maps: HashMap<PathBuf, Mmap>,
+    maps: HashMap<PathBuf, Arc<Mmap>>,
 }
 
 impl WorkerFiles {
+    /// The bytes of `region`: a view held by `hold` when the region is
+    /// large and there is one, else a copy.
+    pub(crate) fn bytes(&mut self, region: &Region, hold: Option<&Arc<Hold>>) -> io::Result<Bytes> {
+        match hold {
+            Some(hold) if region.size >= VIEW_MIN => {
+                let (map, end) = self.mapped(region)?;
+                Ok(Bytes::from_owner(View {
+                    map,
+                    start: region.offset,
+                    end,
+                    _hold: Arc::clone(hold),
+                }))
+            }
+            _ => self.read(region).map(Bytes::from),
+        }
+    }
+
     /// A copy of the bytes of `region`.
     pub(crate) fn read(&mut self, region: &Region) -> io::Result<Vec<u8>> {
         if region.size == 0 {
             return Ok(Vec::new());
         }
+        let (map, end) = self.mapped(region)?;
+        Ok(map[region.offset..end].to_vec())
+    }
+
+    /// The mapping `region` lies in, and the region's end.
+    fn mapped(&mut self, region: &Region) -> io::Result<(Arc<Mmap>, usize)> {
         let end = region
             .offset
             .checked_add(region.size)
@@ -131,14 +214,15 @@ impl WorkerFiles {
         if self.maps.get(&region.path).is_none_or(|m| m.len() < end) {
             let file = File::open(&region.path)?;
             // SAFETY: the worker leaves this region alone until we say we
-            // read its frame (see the module's note); we copy it out first.
+            // are done with its message (see the module's note): we copy it
+            // out first, or hold the message until our view of it is gone.
             #[expect(unsafe_code, reason = "mapping the worker's shared-memory file")]
             let map = unsafe { Mmap::map(&file)? };
-            self.maps.insert(region.path.clone(), map);
+            self.maps.insert(region.path.clone(), Arc::new(map));
         }
         let map = &self.maps[&region.path];
         map.get(region.offset..end)
-            .map(<[u8]>::to_vec)
+            .map(|_| (Arc::clone(map), end))
             .ok_or_else(|| {
                 io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -191,6 +275,31 @@ mod tests {
         files.prune();
         let again = arena.push(b"x").unwrap();
         assert_eq!((again.path, again.offset), (big.path, 0));
+    }
+
+    #[test]
+    fn large_regions_are_viewed_and_held_until_their_views_go() {
+        let mut arena = Arena::new(64).unwrap();
+        let small = arena.push(b"abc").unwrap();
+        let large = arena.push(&vec![9u8; VIEW_MIN]).unwrap();
+        let holds = Holds::default();
+        let mut files = WorkerFiles::default();
+        let first = holds.hold(3);
+        let view = files.bytes(&large, Some(&first)).unwrap();
+        let copy = files.bytes(&small, Some(&first)).unwrap();
+        assert_eq!((view.len(), &copy[..]), (VIEW_MIN, &b"abc"[..]));
+        let second = holds.hold(4);
+        drop((first, second));
+        assert_eq!(holds.releasable(5), 3, "message 3 is viewed: 3 and after stay");
+        drop(copy);
+        assert_eq!(holds.releasable(5), 3);
+        drop(view);
+        assert_eq!(holds.releasable(5), 5, "no view left");
+        assert_eq!(
+            files.bytes(&large, None).unwrap().len(),
+            VIEW_MIN,
+            "no hold: a copy"
+        );
     }
 
     #[test]

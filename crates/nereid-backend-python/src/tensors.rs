@@ -7,7 +7,9 @@ use nereid_core::{BackendError, DataType, ErrorKind, Parameter, Parameters, Tens
 use serde_json::{Map, Value, json};
 
 use crate::message::Entry;
-use crate::shm::{Region, WorkerFiles};
+use std::sync::Arc;
+
+use crate::shm::{Hold, Region, WorkerFiles};
 
 /// A tensor's descriptor: its name, type, shape and region.
 pub(crate) fn descriptor(name: &str, datatype: DataType, shape: &[i64], region: &Region) -> Value {
@@ -41,6 +43,9 @@ pub(crate) fn parameters(parameters: &Parameters) -> Value {
 pub(crate) struct Reader<'a> {
     pub(crate) files: &'a mut WorkerFiles,
     pub(crate) label: &'a str,
+    /// Holds the message being read while views of its outputs live;
+    /// without one, outputs are copied.
+    pub(crate) hold: Option<Arc<Hold>>,
 }
 
 impl Reader<'_> {
@@ -49,7 +54,8 @@ impl Reader<'_> {
     }
 
     /// The outputs of a binary response entry, copied out of the worker's
-    /// files, or the error it carries.
+    /// files or viewed there (see `shm::VIEW_MIN`), or the error it
+    /// carries.
     pub(crate) fn entry(&mut self, entry: Entry) -> Result<Vec<Tensor>, BackendError> {
         let outputs = entry.map_err(BackendError::Request)?;
         outputs
@@ -57,13 +63,13 @@ impl Reader<'_> {
             .map(|(name, datatype, shape, region)| {
                 let data = self
                     .files
-                    .read(&region)
+                    .bytes(&region, self.hold.as_ref())
                     .map_err(|e| self.fail(format_args!("output '{name}': {e}")))?;
                 Ok(Tensor {
                     name,
                     datatype,
                     shape,
-                    data: data.into(),
+                    data,
                 })
             })
             .collect()

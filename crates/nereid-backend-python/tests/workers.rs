@@ -391,6 +391,63 @@ class TritonPythonModel:
     );
 }
 
+/// Whether `address` lies in a mapping of a worker's shared-memory file.
+fn in_worker_file(address: usize) -> bool {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines().filter(|l| l.contains("/nereid-py-")).any(|line| {
+        let range = line.split_whitespace().next().unwrap_or_default();
+        let (start, end) = range.split_once('-').unwrap_or_default();
+        let parse = |v| usize::from_str_radix(v, 16).unwrap_or(0);
+        (parse(start)..parse(end)).contains(&address)
+    })
+}
+
+#[test]
+fn a_large_output_is_not_copied_and_stays_whole_while_the_server_holds_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let backends = vec![backend()];
+    let config = r#"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"#;
+    let repo = repository(dir.path(), "echo", "faulty", config);
+    let model = resolve(&repo, "echo", &backends).unwrap();
+    let mut instance = backends[0].load(&source(&model)).unwrap();
+    let outputs = vec!["OUT".to_string()];
+    let mut run = |value: f32| {
+        let values = vec![value; 1 << 16];
+        let r = InferRequest {
+            inputs: vec![InputTensor {
+                shape: vec![1 << 16],
+                ..f32_input("IN", &values)
+            }],
+            ..Default::default()
+        };
+        let batch = [BatchRequest {
+            request: &r,
+            outputs: &outputs,
+            cancelled: &|| false,
+            responder: None,
+        }];
+        let mut out = instance.as_request_wise().unwrap().execute_requests(&batch);
+        out.pop().unwrap().unwrap().remove(0).data
+    };
+    let first = run(1.0);
+    assert!(
+        in_worker_file(first.as_ptr() as usize),
+        "the output is a view of the worker's file, not a copy"
+    );
+    for value in 2..20 {
+        assert!(f32s(&run(value as f32)).iter().all(|&v| v == value as f32));
+    }
+    assert!(
+        f32s(&first).iter().all(|&v| v == 1.0),
+        "the first output's region was not reused while it was held"
+    );
+}
+
 #[test]
 fn a_client_that_stops_waiting_is_seen_by_is_cancelled() {
     let dir = tempfile::tempdir().unwrap();
