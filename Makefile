@@ -104,6 +104,8 @@ bench: setup-test release
 	benches/protocol_extensions.sh
 	benches/tls.sh
 	benches/sequence.sh
+	benches/python_backend.sh
+	benches/python_profile.sh
 	benches/decoupled.sh
 	STREAM_MODEL=stream_paced STREAM_REQUESTS=5 benches/decoupled.sh
 	benches/cache.sh

@@ -28,6 +28,9 @@ pub(crate) const CANCEL_POLL: Duration = Duration::from_millis(20);
 /// reuse their memory, when more keep coming.
 const RELEASE_EVERY: u64 = 16;
 
+/// Batches between looks for worker files that are gone.
+const PRUNE_EVERY: u64 = 64;
+
 pub(crate) struct Link {
     io: Mutex<Io>,
     /// Set while the instance thread wants or holds `io`.
@@ -57,6 +60,7 @@ pub(crate) struct Io {
     told: u64,
     /// The output messages whose regions outputs still view.
     holds: Holds,
+    batches: u64,
 }
 
 /// A `response` message, its outputs read.
@@ -78,6 +82,7 @@ impl Link {
                 read: 0,
                 told: 0,
                 holds: Holds::default(),
+                batches: 0,
             }),
             busy: AtomicBool::new(false),
             polling: AtomicBool::new(false),
@@ -303,7 +308,12 @@ impl Io {
         self.bls.restarted();
     }
 
+    /// Drops the mappings of worker files that are gone, every
+    /// [`PRUNE_EVERY`] batches (each look is a system call per file).
     pub(crate) fn prune_files(&mut self) {
-        self.files.prune();
+        self.batches += 1;
+        if self.batches.is_multiple_of(PRUNE_EVERY) {
+            self.files.prune();
+        }
     }
 }
