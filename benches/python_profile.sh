@@ -108,9 +108,10 @@ if [ -x .venv/bin/py-spy ]; then
   echo
   timeout "$PA_TIMEOUT_S" "$pa" -m add_sub -i grpc -u "127.0.0.1:$grpc" -b 1 --concurrency-range 8 \
     --measurement-mode time_windows --measurement-interval 8000 -r 1 >"$work/spy_pa.log" 2>&1 &
+  load=$!
   sleep 2
   .venv/bin/py-spy record -p "$worker" -r 2000 -d 4 -f raw -o "$work/worker.spy" --nonblocking >/dev/null 2>&1 || true
-  wait || true
+  wait "$load" || true
   python3 - "$work/worker.spy" <<'EOF'
 import collections
 import sys

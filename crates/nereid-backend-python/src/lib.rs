@@ -5,10 +5,12 @@
 //!
 //! The worker program and the `triton_python_backend_utils` module models
 //! import live in `python/` and ship inside the binary (`sources.rs`);
-//! `python/README.md` is the protocol between server and worker: JSON
-//! frames over the worker's stdin and stdout (`frame.rs`), tensor bytes
-//! through shared-memory files (`shm.rs`). A batch reaches the worker as
-//! its list of requests, each answered on its own.
+//! `python/README.md` is the protocol between server and worker: messages
+//! in a shared-memory channel with the worker's stdin and stdout as its
+//! doorbells (`channel.rs`), binary on the request path (`message.rs`) and
+//! JSON otherwise (`frame.rs`), tensor bytes through shared-memory files
+//! (`shm.rs`). A batch reaches the worker as one message listing its
+//! requests, and comes back as one message answering each.
 //!
 //! Instances of every kind (`KIND_CPU`, `KIND_GPU`, `KIND_MODEL`) run the
 //! same way: the kind and GPU id reach `initialize(args)` and the model
