@@ -266,18 +266,21 @@ impl Receiver {
             }
             let published = head.wrapping_sub(tail);
             if published > CAPACITY as u64 {
-                return Err(Broken(format!("head {head} is not within a ring of tail {tail}")));
+                return Err(Broken(format!(
+                    "head {head} is not within a ring of tail {tail}"
+                )));
             }
             let position = (tail % CAPACITY as u64) as usize;
-            let header = self.ring.read(position, RECORD_HEADER.min(CAPACITY - position));
+            let header = self
+                .ring
+                .read(position, RECORD_HEADER.min(CAPACITY - position));
             let len = u32::from_le_bytes(header[..4].try_into().unwrap_or_default());
             if len == WRAP {
                 tail += (CAPACITY - position) as u64;
                 continue;
             }
             let need = (RECORD_HEADER + len as usize).next_multiple_of(8);
-            if len as usize > MAX_MESSAGE || need as u64 > published || position + need > CAPACITY
-            {
+            if len as usize > MAX_MESSAGE || need as u64 > published || position + need > CAPACITY {
                 return Err(Broken(format!(
                     "a record of {len} bytes at {position} with {published} published"
                 )));
@@ -296,8 +299,8 @@ impl Receiver {
     pub(crate) fn arm(&self) -> bool {
         self.ring.sleeping().store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        let waiting = self.ring.head().load(Ordering::Acquire)
-            != self.ring.tail().load(Ordering::Relaxed);
+        let waiting =
+            self.ring.head().load(Ordering::Acquire) != self.ring.tail().load(Ordering::Relaxed);
         if waiting {
             self.disarm();
         }
@@ -365,7 +368,10 @@ mod tests {
             sender.send(100 + round, b"small").unwrap();
             let (kind, payload) = worker.take().unwrap().unwrap();
             assert_eq!((kind, payload.len()), (round, len));
-            assert_eq!(worker.take().unwrap().unwrap(), (100 + round, b"small".to_vec()));
+            assert_eq!(
+                worker.take().unwrap().unwrap(),
+                (100 + round, b"small".to_vec())
+            );
             assert!(worker.take().unwrap().is_none());
         }
     }
@@ -390,7 +396,10 @@ mod tests {
         assert!(worker.arm(), "a message is waiting: no sleep");
         worker.disarm();
         sender.send(2, b"b").unwrap();
-        worker.ring.tail().store(worker.ring.head().load(Ordering::Relaxed), Ordering::Relaxed);
+        worker.ring.tail().store(
+            worker.ring.head().load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         assert!(!worker.arm(), "the ring is empty: the worker may sleep");
         sender.send(3, b"c").unwrap();
         // `cat` echoes the doorbell byte back: exactly one was rung.

@@ -2,9 +2,9 @@
 //! length, then that many bytes of UTF-8 JSON holding one object), and the
 //! JSON records of the channel (`python/README.md` has the messages).
 
-use std::io::{self, Read};
 #[cfg(test)]
 use std::io::Write;
+use std::io::{self, Read};
 use std::sync::Arc;
 
 use parking_lot::Mutex;

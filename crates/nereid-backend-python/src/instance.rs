@@ -16,10 +16,10 @@ use parking_lot::MutexGuard;
 
 use crate::bls::Bls;
 use crate::link::{CANCEL_POLL, Io, Link};
+use crate::message::{self, BadMessage, EXECUTE, Out, Slot};
 use crate::open::Lease;
 use crate::service::Service;
 use crate::shm::Arena;
-use crate::message::{self, BadMessage, EXECUTE, Out, Slot};
 use crate::streams::{Kept, reschedule_refused};
 use crate::worker::{Incoming, Launch, Worker, WorkerError};
 
@@ -275,11 +275,10 @@ impl PythonInstance {
                     let r = io.response(&payload).map_err(|e| self.lose(io, e))?;
                     // A request of this batch whose model is not decoupled
                     // answers through its result; the others are open.
-                    let kept_at = r
-                        .id
-                        .checked_sub(first_id)
-                        .map(|i| i as usize)
-                        .filter(|&i| i < count && requests[i].responder.is_none());
+                    let kept_at =
+                        r.id.checked_sub(first_id)
+                            .map(|i| i as usize)
+                            .filter(|&i| i < count && requests[i].responder.is_none());
                     match kept_at {
                         Some(index) => kept.keep(index, r.response),
                         None => io.pass_on(r),

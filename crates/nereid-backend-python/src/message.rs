@@ -138,14 +138,17 @@ impl<'a> In<'a> {
     pub(crate) fn count(&mut self, min: usize) -> Result<usize, BadMessage> {
         let n = self.u32()? as usize;
         if n.saturating_mul(min.max(1)) > self.data.len() - self.at {
-            return Err(BadMessage(format!("a count of {n} is more than the message holds")));
+            return Err(BadMessage(format!(
+                "a count of {n} is more than the message holds"
+            )));
         }
         Ok(n)
     }
 
     pub(crate) fn str(&mut self) -> Result<&'a str, BadMessage> {
         let n = self.u32()? as usize;
-        std::str::from_utf8(self.bytes(n)?).map_err(|e| BadMessage(format!("a string is not UTF-8: {e}")))
+        std::str::from_utf8(self.bytes(n)?)
+            .map_err(|e| BadMessage(format!("a string is not UTF-8: {e}")))
     }
 
     pub(crate) fn is_done(&self) -> bool {
@@ -187,11 +190,16 @@ impl<'a> In<'a> {
         let datatype = type_of_number(number)
             .ok_or_else(|| BadMessage(format!("output '{name}' has type number {number}")))?;
         let dims = self.count(8)?;
-        let shape = (0..dims).map(|_| self.i64()).collect::<Result<Vec<_>, _>>()?;
+        let shape = (0..dims)
+            .map(|_| self.i64())
+            .collect::<Result<Vec<_>, _>>()?;
         let file = self.u32()? as usize;
-        let path = files
-            .get(file)
-            .ok_or_else(|| BadMessage(format!("output '{name}' names file {file} of {}", files.len())))?;
+        let path = files.get(file).ok_or_else(|| {
+            BadMessage(format!(
+                "output '{name}' names file {file} of {}",
+                files.len()
+            ))
+        })?;
         let offset = usize::try_from(self.u64()?).unwrap_or(usize::MAX);
         let size = usize::try_from(self.u64()?).unwrap_or(usize::MAX);
         let region = Region {
@@ -262,7 +270,10 @@ pub(crate) fn entry(r: &mut In<'_>, files: &[&str]) -> Result<Entry, BadMessage>
     // Response parameters are read and not passed on (as before).
     let _parameters = r.parameters()?;
     let n = r.count(22)?;
-    (0..n).map(|_| r.tensor(files)).collect::<Result<_, _>>().map(Ok)
+    (0..n)
+        .map(|_| r.tensor(files))
+        .collect::<Result<_, _>>()
+        .map(Ok)
 }
 
 /// What a request's slot in a `responses` message holds.
@@ -339,7 +350,10 @@ mod tests {
         let mut r = In::new(&out.0);
         assert_eq!(r.parameters().unwrap(), parameters);
         let (name, datatype, shape, read) = r.tensor(&["/dev/shm/x"]).unwrap();
-        assert_eq!((name.as_str(), datatype, shape), ("OUT", DataType::Fp32, vec![1, 4]));
+        assert_eq!(
+            (name.as_str(), datatype, shape),
+            ("OUT", DataType::Fp32, vec![1, 4])
+        );
         assert_eq!(read, region);
         assert!(r.is_done());
     }
@@ -348,11 +362,17 @@ mod tests {
     fn cut_and_lying_messages_are_errors() {
         let mut out = Out::default();
         out.u8(0).len(1).str("/f").len(1).u8(1).u8(0).len(0).len(1);
-        out.tensor("OUT", DataType::Fp32, &[4], 0, &Region {
-            path: "/f".into(),
-            offset: 0,
-            size: 16,
-        });
+        out.tensor(
+            "OUT",
+            DataType::Fp32,
+            &[4],
+            0,
+            &Region {
+                path: "/f".into(),
+                offset: 0,
+                size: 16,
+            },
+        );
         let whole = out.0.clone();
         assert!(matches!(responses(&whole), Ok(Ok(_))));
         for cut in 0..whole.len() {
@@ -360,7 +380,10 @@ mod tests {
         }
         let mut lying = Out::default();
         lying.u8(0).u32(u32::MAX);
-        assert!(responses(&lying.0).is_err(), "a huge count allocates nothing");
+        assert!(
+            responses(&lying.0).is_err(),
+            "a huge count allocates nothing"
+        );
         let mut past_end = whole;
         past_end.push(0);
         assert!(responses(&past_end).is_err());

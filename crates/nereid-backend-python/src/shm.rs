@@ -290,7 +290,11 @@ mod tests {
         assert_eq!((view.len(), &copy[..]), (VIEW_MIN, &b"abc"[..]));
         let second = holds.hold(4);
         drop((first, second));
-        assert_eq!(holds.releasable(5), 3, "message 3 is viewed: 3 and after stay");
+        assert_eq!(
+            holds.releasable(5),
+            3,
+            "message 3 is viewed: 3 and after stay"
+        );
         drop(copy);
         assert_eq!(holds.releasable(5), 3);
         drop(view);

@@ -160,7 +160,10 @@ impl Worker {
             .stderr(Stdio::piped());
         // SAFETY: the hook runs in the child between fork and exec and
         // only makes system calls (dup2, fcntl), which is allowed there.
-        #[expect(unsafe_code, reason = "handing the side pipe and the channel to the child")]
+        #[expect(
+            unsafe_code,
+            reason = "handing the side pipe and the channel to the child"
+        )]
         unsafe {
             command.pre_exec(move || {
                 give_fd(side_fd, SIDE_FD)?;
@@ -267,7 +270,8 @@ impl Worker {
         wake: Option<&Wake>,
     ) -> Result<Option<Incoming>, WorkerError> {
         let deadline = Instant::now() + timeout;
-        let broken = |e: &dyn std::fmt::Display| WorkerError::Gone(format!("sent a broken message: {e}"));
+        let broken =
+            |e: &dyn std::fmt::Display| WorkerError::Gone(format!("sent a broken message: {e}"));
         loop {
             if let Some((kind, payload)) = self.from.take().map_err(|e| broken(&e))? {
                 match kind {

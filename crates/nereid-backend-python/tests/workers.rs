@@ -381,7 +381,9 @@ class TritonPythonModel:
     assert_eq!(f32s(&run(&mut instance, "").unwrap()[0].data), [1.0, 2.0]);
     let err = run(&mut instance, "oversize").unwrap_err().to_string();
     assert!(
-        err.contains("model 'broken'") && err.contains("output 'OUT'") && err.contains("past the end"),
+        err.contains("model 'broken'")
+            && err.contains("output 'OUT'")
+            && err.contains("past the end"),
         "{err}"
     );
     assert_eq!(
@@ -394,12 +396,14 @@ class TritonPythonModel:
 /// Whether `address` lies in a mapping of a worker's shared-memory file.
 fn in_worker_file(address: usize) -> bool {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    maps.lines().filter(|l| l.contains("/nereid-py-")).any(|line| {
-        let range = line.split_whitespace().next().unwrap_or_default();
-        let (start, end) = range.split_once('-').unwrap_or_default();
-        let parse = |v| usize::from_str_radix(v, 16).unwrap_or(0);
-        (parse(start)..parse(end)).contains(&address)
-    })
+    maps.lines()
+        .filter(|l| l.contains("/nereid-py-"))
+        .any(|line| {
+            let range = line.split_whitespace().next().unwrap_or_default();
+            let (start, end) = range.split_once('-').unwrap_or_default();
+            let parse = |v| usize::from_str_radix(v, 16).unwrap_or(0);
+            (parse(start)..parse(end)).contains(&address)
+        })
 }
 
 #[test]
