@@ -41,13 +41,7 @@ mkdir -p "$repo/add_sub/1"
   printf 'import os as _os, sys as _sys\nfor _p in reversed(_os.environ.get("PYTHONPATH", "").split(_os.pathsep)):\n    if _p and _p not in _sys.path:\n        _sys.path.insert(0, _p)\n'
   cat crates/nereid-backend-python/python/tests/models/add_sub/1/model.py
 } >"$repo/add_sub/1/model.py"
-cat >"$repo/add_sub/config.pbtxt" <<'CONFIG'
-backend: "python"
-max_batch_size: 8
-dynamic_batching { }
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
-CONFIG
+cp benches/python_models/add_sub/config.pbtxt "$repo/add_sub/"
 # The MLP through onnxruntime, in both servers' Python backends.
 cp benches/triton_models/onnx_model.py "$repo/"
 cp -r benches/triton_models/mlp "$repo/"

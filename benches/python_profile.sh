@@ -28,13 +28,7 @@ bench_workdir python-profile
 repo=$work/repo
 mkdir -p "$repo/add_sub/1"
 cp crates/nereid-backend-python/python/tests/models/add_sub/1/model.py "$repo/add_sub/1/"
-cat >"$repo/add_sub/config.pbtxt" <<'CONFIG'
-backend: "python"
-max_batch_size: 8
-dynamic_batching { }
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
-CONFIG
+cp benches/python_models/add_sub/config.pbtxt "$repo/add_sub/"
 
 read -r http grpc metrics <<<"$(free_ports)"
 "$nereid_bin" --model-repository "$repo" --http-port "$http" --grpc-port "$grpc" \

@@ -36,29 +36,30 @@ def main(path):
         return f"{a / b:.2f}×" if a and b else "-"
 
     keys = sorted({key[1:] for key in rows})
-    print("| model | protocol | concurrency | nereid infer/s | Triton infer/s | ratio "
-          "| nereid p50 µs | Triton p50 µs | ratio | nereid CPU µs/infer | Triton CPU µs/infer | ratio |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for key in keys:
-        cells = [(median("nereid", key, i), median("triton", key, i)) for i in range(3)]
-        print(f"| {key[0]} | {key[1]} | {key[2]} | "
-              + " | ".join(f"{fmt(n)} | {fmt(t)} | {ratio(n, t)}" for n, t in cells) + " |")
+
+    def table(left, right, names, later_first=False):
+        """Each cell's medians for servers `left` and `right`, headed
+        `names`, with their ratio (`right` over `left` when `later_first`)."""
+        columns = [f"{names[0]} infer/s | {names[1]} infer/s | ratio",
+                   f"{names[0]} p50 µs | {names[1]} p50 µs | ratio",
+                   f"{names[0]} CPU µs/infer | {names[1]} CPU µs/infer | ratio"]
+        print("| model | protocol | concurrency | " + " | ".join(columns) + " |")
+        print("| --- | --- | --- |" + " ---: |" * 9)
+        for key in keys:
+            cells = [(median(left, key, i), median(right, key, i)) for i in range(3)]
+            print(f"| {key[0]} | {key[1]} | {key[2]} | "
+                  + " | ".join(f"{fmt(a)} | {fmt(b)} | {ratio(b, a) if later_first else ratio(a, b)}"
+                               for a, b in cells) + " |")
+
+    table("nereid", "triton", ("nereid", "Triton"))
     n_ready = statistics.median(ready["nereid"]) if ready["nereid"] else None
     t_ready = statistics.median(ready["triton"]) if ready["triton"] else None
     if n_ready and t_ready:
         print(f"\nTime to ready (median): nereid {n_ready:,.0f} ms, Triton {t_ready:,.0f} ms "
               f"({n_ready / t_ready:.2f}×).")
-    if not any(key[0] == "before" for key in rows):
-        return
-    print("\nBefore and after, on the same run (nereid \"before\" is the earlier binary):\n")
-    print("| model | protocol | concurrency | before infer/s | after infer/s | ratio "
-          "| before p50 µs | after p50 µs | ratio | before CPU µs/infer | after CPU µs/infer | ratio |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for key in keys:
-        cells = [(median("before", key, i), median("nereid", key, i)) for i in range(3)]
-        print(f"| {key[0]} | {key[1]} | {key[2]} | "
-              + " | ".join(f"{fmt(b)} | {fmt(a)} | {ratio(a, b)}" for b, a in cells) + " |")
-
+    if any(key[0] == "before" for key in rows):
+        print("\nBefore and after, on the same run (nereid \"before\" is the earlier binary):\n")
+        table("before", "nereid", ("before", "after"), later_first=True)
 
 if __name__ == "__main__":
     main(sys.argv[1])

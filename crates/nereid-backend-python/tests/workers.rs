@@ -92,6 +92,57 @@ fn f32s(data: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+/// A `max_batch_size: 0` model `name`, FP32 `IN` to `OUT`, loaded by
+/// `backends[0]` (which must outlive it: it holds the worker's sources):
+/// the `faulty` fixture, with `code` as its model.py when given.
+fn in_out_instance(
+    backends: &[Arc<dyn Backend>],
+    dir: &Path,
+    name: &str,
+    code: Option<&str>,
+) -> Box<dyn ModelInstance> {
+    let config = r#"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"#;
+    let repo = repository(dir, name, "faulty", config);
+    if let Some(code) = code {
+        std::fs::write(dir.join(name).join("1/model.py"), code).unwrap();
+    }
+    let model = resolve(&repo, name, &backends).unwrap();
+    backends[0].load(&source(&model)).unwrap()
+}
+
+/// One request to an [`in_out_instance`]: `values` as IN, and `mode` as
+/// its parameter "mode".
+fn run_in_out(
+    instance: &mut Box<dyn ModelInstance>,
+    mode: &str,
+    values: &[f32],
+) -> Result<Vec<nereid_core::Tensor>, nereid_core::BackendError> {
+    let mut parameters = nereid_core::Parameters::new();
+    parameters.insert("mode".into(), nereid_core::Parameter::String(mode.into()));
+    let request = InferRequest {
+        inputs: vec![InputTensor {
+            shape: vec![values.len() as i64],
+            ..f32_input("IN", values)
+        }],
+        parameters,
+        ..Default::default()
+    };
+    let outputs = vec!["OUT".to_string()];
+    let batch = [BatchRequest {
+        request: &request,
+        outputs: &outputs,
+        cancelled: &|| false,
+        responder: None,
+    }];
+    let wise = instance.as_request_wise().unwrap();
+    wise.execute_requests(&batch).pop().unwrap()
+}
+
 #[test]
 fn a_batch_runs_as_its_requests_in_one_worker_call() {
     let dir = tempfile::tempdir().unwrap();
@@ -229,14 +280,6 @@ fn an_environment_without_activate_is_refused_with_tritons_words() {
 #[test]
 fn a_worker_that_dies_fails_its_batch_and_is_started_again() {
     let dir = tempfile::tempdir().unwrap();
-    let backends = vec![backend()];
-    let config = r#"
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
-"#;
-    let repo = repository(dir.path(), "faulty", "faulty", config);
     // A model that takes its process down, which a Python exception cannot.
     let dies = r#"import json, os
 import triton_python_backend_utils as pb_utils
@@ -248,37 +291,10 @@ class TritonPythonModel:
             os._exit(3)
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
 "#;
-    std::fs::write(dir.path().join("faulty/1/model.py"), dies).unwrap();
-    let model = resolve(&repo, "faulty", &backends).unwrap();
-    let mut instance = backends[0].load(&source(&model)).unwrap();
-    let request = |mode: &str| {
-        let mut parameters = nereid_core::Parameters::new();
-        parameters.insert("mode".into(), nereid_core::Parameter::String(mode.into()));
-        InferRequest {
-            inputs: vec![InputTensor {
-                shape: vec![2],
-                ..f32_input("IN", &[1.0, 2.0])
-            }],
-            parameters,
-            ..Default::default()
-        }
-    };
-    let outputs = vec!["OUT".to_string()];
-    let run = |instance: &mut Box<dyn ModelInstance>, mode: &str| {
-        let r = request(mode);
-        let batch = [BatchRequest {
-            request: &r,
-            outputs: &outputs,
-            cancelled: &|| false,
-            responder: None,
-        }];
-        instance
-            .as_request_wise()
-            .unwrap()
-            .execute_requests(&batch)
-            .pop()
-            .unwrap()
-    };
+    let backends = vec![backend()];
+    let mut instance = in_out_instance(&backends, dir.path(), "faulty", Some(dies));
+    let run =
+        |instance: &mut Box<dyn ModelInstance>, mode: &str| run_in_out(instance, mode, &[1.0, 2.0]);
     let err = run(&mut instance, "exit").unwrap_err().to_string();
     assert!(
         err.contains("the Python worker exited") && err.contains("started again"),
@@ -305,14 +321,6 @@ class TritonPythonModel:
 #[test]
 fn a_worker_that_breaks_the_channel_fails_its_batch_and_is_started_again() {
     let dir = tempfile::tempdir().unwrap();
-    let backends = vec![backend()];
-    let config = r#"
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
-"#;
-    let repo = repository(dir.path(), "broken", "faulty", config);
     // A model that corrupts its own worker's answer: cut short, or naming
     // an output region far larger than the file it lies in.
     let breaks = r#"import json
@@ -345,34 +353,10 @@ class TritonPythonModel:
             messages._REGION = Lying()
         return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
 "#;
-    std::fs::write(dir.path().join("broken/1/model.py"), breaks).unwrap();
-    let model = resolve(&repo, "broken", &backends).unwrap();
-    let mut instance = backends[0].load(&source(&model)).unwrap();
-    let outputs = vec!["OUT".to_string()];
-    let run = |instance: &mut Box<dyn ModelInstance>, mode: &str| {
-        let mut parameters = nereid_core::Parameters::new();
-        parameters.insert("mode".into(), nereid_core::Parameter::String(mode.into()));
-        let r = InferRequest {
-            inputs: vec![InputTensor {
-                shape: vec![2],
-                ..f32_input("IN", &[1.0, 2.0])
-            }],
-            parameters,
-            ..Default::default()
-        };
-        let batch = [BatchRequest {
-            request: &r,
-            outputs: &outputs,
-            cancelled: &|| false,
-            responder: None,
-        }];
-        instance
-            .as_request_wise()
-            .unwrap()
-            .execute_requests(&batch)
-            .pop()
-            .unwrap()
-    };
+    let backends = vec![backend()];
+    let mut instance = in_out_instance(&backends, dir.path(), "broken", Some(breaks));
+    let run =
+        |instance: &mut Box<dyn ModelInstance>, mode: &str| run_in_out(instance, mode, &[1.0, 2.0]);
     let err = run(&mut instance, "cut").unwrap_err().to_string();
     assert!(
         err.contains("model 'broken'") && err.contains("started again"),
@@ -410,33 +394,10 @@ fn in_worker_file(address: usize) -> bool {
 fn a_large_output_is_not_copied_and_stays_whole_while_the_server_holds_it() {
     let dir = tempfile::tempdir().unwrap();
     let backends = vec![backend()];
-    let config = r#"
-backend: "python"
-max_batch_size: 0
-input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
-"#;
-    let repo = repository(dir.path(), "echo", "faulty", config);
-    let model = resolve(&repo, "echo", &backends).unwrap();
-    let mut instance = backends[0].load(&source(&model)).unwrap();
-    let outputs = vec!["OUT".to_string()];
+    let mut instance = in_out_instance(&backends, dir.path(), "echo", None);
     let mut run = |value: f32| {
-        let values = vec![value; 1 << 16];
-        let r = InferRequest {
-            inputs: vec![InputTensor {
-                shape: vec![1 << 16],
-                ..f32_input("IN", &values)
-            }],
-            ..Default::default()
-        };
-        let batch = [BatchRequest {
-            request: &r,
-            outputs: &outputs,
-            cancelled: &|| false,
-            responder: None,
-        }];
-        let mut out = instance.as_request_wise().unwrap().execute_requests(&batch);
-        out.pop().unwrap().unwrap().remove(0).data
+        let out = run_in_out(&mut instance, "", &vec![value; 1 << 16]).unwrap();
+        out.into_iter().next().unwrap().data
     };
     let first = run(1.0);
     assert!(

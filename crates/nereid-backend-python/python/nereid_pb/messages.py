@@ -8,8 +8,7 @@ into the message's file table, offset, size).
 
 import struct
 
-from .wire import ProtocolError
-from .dtypes import TRITONSERVER_TYPE_BYTES, encode_bytes
+from .wire import ProtocolError, place_tensors
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
@@ -177,40 +176,21 @@ class Encoder:
                 self.str(str(value))
 
     def tensors(self, tensors, arena):
-        """Writes Tensors into one new arena Block and their entries here;
-        returns the Block (None when there are none). GPU tensors are copied
-        to host memory first (the server reads shared host memory only)."""
+        """Writes Tensors into one new arena Block (see wire.place_tensors)
+        and their entries here; returns the Block (None when there are
+        none)."""
         self.parts.append(_U32.pack(len(tensors)))
         if not tensors:
             return None
-        tensors = [tensor if tensor._array is not None else tensor.to_host() for tensor in tensors]
-        payloads, sizes = [], []
-        for tensor in tensors:
-            if tensor._triton_type == TRITONSERVER_TYPE_BYTES:
-                payload = encode_bytes(tensor._array)
-                sizes.append(len(payload))
-            else:
-                payload = tensor._array
-                sizes.append(payload.nbytes)
-            payloads.append(payload)
-        block, offsets = arena.allocate(sizes)
+        tensors, sizes, offsets, block = place_tensors(tensors, arena)
         file = self.files.setdefault(block.path, len(self.files))
-        try:
-            for tensor, payload, size, offset in zip(tensors, payloads, sizes, offsets):
-                if size:
-                    if type(payload) is bytes:
-                        block.write_bytes(offset, payload)
-                    else:
-                        block.write_array(offset, payload)
-                self.str(tensor._name)
-                shape = tensor._array.shape
-                self.parts.append(_TYPE_RANK.pack(tensor._triton_type, len(shape)))
-                if shape:
-                    self.parts.append(struct.pack(f"<{len(shape)}q", *shape))
-                self.parts.append(_REGION.pack(file, offset, size))
-        except BaseException:
-            arena.free(block)
-            raise
+        for tensor, size, offset in zip(tensors, sizes, offsets):
+            self.str(tensor._name)
+            shape = tensor._array.shape
+            self.parts.append(_TYPE_RANK.pack(tensor._triton_type, len(shape)))
+            if shape:
+                self.parts.append(struct.pack(f"<{len(shape)}q", *shape))
+            self.parts.append(_REGION.pack(file, offset, size))
         return block
 
     def entry(self, response, wanted, arena, blocks):

@@ -221,11 +221,11 @@ def descriptor_json(name, triton_type, shape, path_json, offset, size):
     )
 
 
-def write_tensors(tensors, arena):
-    """Copy Tensors into one new arena Block; returns their descriptors (as
-    JSON texts, see descriptor_json) and the Block. On failure frees the
-    Block and re-raises. GPU tensors are copied to host memory first (the
-    server reads shared host memory only)."""
+def place_tensors(tensors, arena):
+    """Copy Tensors into one new arena Block; returns them (GPU tensors
+    replaced by their host copies: the server reads shared host memory
+    only), their sizes and offsets, and the Block. On failure frees the
+    Block and re-raises."""
     tensors = [tensor if tensor._array is not None else tensor.to_host() for tensor in tensors]
     payloads, sizes = [], []
     for tensor in tensors:
@@ -237,19 +237,26 @@ def write_tensors(tensors, arena):
             sizes.append(payload.nbytes)
         payloads.append(payload)
     block, offsets = arena.allocate(sizes)
-    path_json = _ENCODER.encode(block.path)
-    descriptors = []
     try:
-        for tensor, payload, size, offset in zip(tensors, payloads, sizes, offsets):
+        for payload, size, offset in zip(payloads, sizes, offsets):
             if size:
                 if type(payload) is bytes:
                     block.write_bytes(offset, payload)
                 else:
                     block.write_array(offset, payload)
-            descriptors.append(descriptor_json(
-                tensor._name, tensor._triton_type, tensor._array.shape, path_json, offset, size
-            ))
     except BaseException:
         arena.free(block)
         raise
+    return tensors, sizes, offsets, block
+
+
+def write_tensors(tensors, arena):
+    """Copy Tensors into one new arena Block (see place_tensors); returns
+    their descriptors (as JSON texts, see descriptor_json) and the Block."""
+    tensors, sizes, offsets, block = place_tensors(tensors, arena)
+    path_json = _ENCODER.encode(block.path)
+    descriptors = [
+        descriptor_json(tensor._name, tensor._triton_type, tensor._array.shape, path_json, offset, size)
+        for tensor, size, offset in zip(tensors, sizes, offsets)
+    ]
     return descriptors, block
