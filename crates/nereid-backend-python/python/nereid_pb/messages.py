@@ -160,6 +160,8 @@ class Encoder:
 
     def parameters(self, parameters):
         self.parts.append(_U32.pack(len(parameters)))
+        if not parameters:
+            return
         for key, value in parameters.items():
             self.str(str(key))
             if isinstance(value, bool):
@@ -184,13 +186,14 @@ class Encoder:
             return None
         tensors, sizes, offsets, block = place_tensors(tensors, arena)
         file = self.files.setdefault(block.path, len(self.files))
+        region = _REGION
         for tensor, size, offset in zip(tensors, sizes, offsets):
-            self.str(tensor._name)
+            # The name, type and shape in one call (struct caches the layout).
+            name = tensor._name.encode("utf-8")
             shape = tensor._array.shape
-            self.parts.append(_TYPE_RANK.pack(tensor._triton_type, len(shape)))
-            if shape:
-                self.parts.append(struct.pack(f"<{len(shape)}q", *shape))
-            self.parts.append(_REGION.pack(file, offset, size))
+            self.parts.append(struct.pack(f"<I{len(name)}sBI{len(shape)}q", len(name), name,
+                                          tensor._triton_type, len(shape), *shape))
+            self.parts.append(region.pack(file, offset, size))
         return block
 
     def entry(self, response, wanted, arena, blocks):
