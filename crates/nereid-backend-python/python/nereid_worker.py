@@ -31,7 +31,7 @@ import threading
 import traceback
 
 from nereid_pb import messages, runtime
-from nereid_pb.channel import CANCEL, EXECUTE, RELEASE, RESPONSES, Channel, supported
+from nereid_pb.channel import BLS_RESPONSE, CANCEL, EXECUTE, RELEASE, RESPONSES, Channel, supported
 from nereid_pb.inbox import Inbox
 from nereid_pb.shm import InputFiles, OutputArena
 from nereid_pb.wire import ChannelClosed, FrameWriter, ProtocolError, region_tensor
@@ -144,6 +144,9 @@ class Worker:
                 if kind == CANCEL:
                     self.runtime.cancel(messages.decode_cancel(payload))
                     return
+                if kind == BLS_RESPONSE:
+                    self.runtime.finish_bls(payload)
+                    return
                 if kind != EXECUTE:
                     raise ProtocolError(f"a message of unknown kind {kind}")
             except ProtocolError as error:
@@ -160,9 +163,6 @@ class Worker:
         elif type(message) is dict:
             op = message.get("op")
             try:
-                if op == "bls_response":
-                    self.runtime.finish_bls(message.get("tag"), message.get("response"))
-                    return
                 if op == "reply":
                     self.runtime.finish_call(message.get("tag"), message)
                     return

@@ -1,5 +1,5 @@
 //! A model's BLS calls (`pb_utils.InferenceRequest(...).exec()`): each
-//! `bls` frame runs through the server and is answered with a
+//! binary `bls` message runs through the server and is answered with a
 //! `bls_response`, its outputs in a file of the server's that stays
 //! unchanged until the worker's `bls_release`. Calls made during an
 //! `execute` run on the instance thread; calls from a model's threads
@@ -9,16 +9,15 @@
 use std::sync::Arc;
 
 use nereid_core::{
-    CorrelationId, InferRequest, InferResponse, InputTensor, ModelVersion, Parameter, Parameters,
+    CorrelationId, Error, InferRequest, InferResponse, InputTensor, ModelVersion, Parameters,
     RequestedOutput, Routing, Sequence,
 };
 use parking_lot::Mutex;
-use serde_json::{Value, json};
 
-use crate::frame::{ToWorker, send_json};
+use crate::frame::ToWorker;
+use crate::message::{self, BLS_RESPONSE, BlsCall, Out, number_of_kind};
 use crate::service::Service;
 use crate::shm::{Arena, WorkerFiles};
-use crate::tensors::{Reader, code_name, descriptor, parameters};
 
 /// Room for the first call's answers; the arena grows past it as needed.
 const ARENA_START: usize = 1 << 20;
@@ -51,21 +50,28 @@ impl Bls {
         })
     }
 
-    /// Runs the call of a `bls` frame and answers it on `stdin`.
-    pub(crate) fn call(&self, frame: &Value, stdin: &ToWorker) {
-        let response = self.run(&frame["request"], frame["decoupled"] == true);
-        let answer = json!({"op": "bls_response", "tag": frame["tag"], "response": response});
-        if let Err(e) = send_json(stdin, &answer) {
+    /// Runs the call of a `bls` message and answers it on `to`.
+    pub(crate) fn call(&self, payload: &[u8], to: &ToWorker) {
+        let Some(tag) = message::bls_tag(payload) else {
+            tracing::warn!(worker = %self.label, "a BLS message without a tag was dropped");
+            return;
+        };
+        let answers = match message::bls_call(payload) {
+            Ok(call) => self.run(call),
+            Err(e) => vec![Err(Error::invalid_argument(e.to_string()))],
+        };
+        let answer = self.answer(tag, answers);
+        if let Err(e) = to.lock().send(BLS_RESPONSE, &answer) {
             tracing::warn!(worker = %self.label, error = %e, "a BLS answer could not be written");
         }
     }
 
     /// Runs the call on a thread of its own.
-    pub(crate) fn call_on_thread(self: &Arc<Self>, frame: Value, stdin: ToWorker) {
+    pub(crate) fn call_on_thread(self: &Arc<Self>, payload: Vec<u8>, to: ToWorker) {
         let bls = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name("py-bls".into())
-            .spawn(move || bls.call(&frame, &stdin));
+            .spawn(move || bls.call(&payload, &to));
         if let Err(e) = spawned {
             tracing::error!(worker = %self.label, error = %e, "no thread for a BLS call");
         }
@@ -88,184 +94,173 @@ impl Bls {
         self.files.lock().prune();
     }
 
-    /// How the call went, as a `bls_response`'s `response`: a failure is
-    /// the call's answer, never the batch's. A `decoupled` call answers
-    /// every response the model sent, in `responses`, once the last has
-    /// come.
-    fn run(&self, request: &Value, decoupled: bool) -> Value {
-        let error = |message: String, code: &str| json!({"outputs": [], "error": {"message": message, "code": code}});
+    /// How the call went: its response, or every response the model sent
+    /// for a `decoupled` call, in order; a failure is the call's answer,
+    /// never the batch's.
+    fn run(&self, call: BlsCall) -> Vec<Result<InferResponse, Error>> {
         let Some(service) = self.service.get().cloned() else {
-            return error(
-                "the server is not ready for BLS calls yet".into(),
-                "UNAVAILABLE",
-            );
+            return vec![Err(Error::unavailable(
+                "the server is not ready for BLS calls yet",
+            ))];
         };
-        let request = match self.request(request) {
+        let decoupled = call.decoupled;
+        let request = match self.request(call) {
             Ok(request) => request,
-            Err(e) => return error(e.to_string(), "INVALID_ARG"),
+            Err(e) => return vec![Err(e)],
         };
         let model = request.model_name.clone();
         // Triton's words for a failed BLS call.
-        let failed = |e: nereid_core::Error| {
-            let message = format!(
-                "Model {model} - Error when running inference: {}",
-                e.message()
-            );
-            error(message, code_name(e.kind()))
+        let failed = |e: Error| {
+            Error::new(
+                e.kind(),
+                format!(
+                    "Model {model} - Error when running inference: {}",
+                    e.message()
+                ),
+            )
         };
         if decoupled {
-            let responses = match service.infer_all_blocking(request) {
-                Ok(responses) => responses,
-                Err(e) => return failed(e),
+            return match service.infer_all_blocking(request) {
+                Ok(responses) => responses.into_iter().map(|r| r.map_err(failed)).collect(),
+                Err(e) => vec![Err(failed(e))],
             };
-            let responses: Vec<Value> = responses
-                .into_iter()
-                .map(|r| match r {
-                    Ok(response) => self.answer(&response),
-                    Err(e) => failed(e),
-                })
-                .collect();
-            return json!({"responses": responses, "error": null});
         }
         if service.is_decoupled(&model, &request.routing.version) {
-            return error(
-                format!(
-                    "Model {model} is using the decoupled. The current BLS request call doesn't support models using the decoupled transaction policy. Please use 'decoupled=True' argument to the 'exec' or 'async_exec' calls for decoupled models.'"
-                ),
-                "INTERNAL",
-            );
+            return vec![Err(Error::internal(format!(
+                "Model {model} is using the decoupled. The current BLS request call doesn't support models using the decoupled transaction policy. Please use 'decoupled=True' argument to the 'exec' or 'async_exec' calls for decoupled models.'"
+            )))];
         }
-        match service.infer_blocking(request) {
-            Ok(response) => self.answer(&response),
-            Err(e) => failed(e),
-        }
+        vec![service.infer_blocking(request).map_err(failed)]
     }
 
-    /// One answer as the worker reads it, its outputs copied into the
-    /// answers' arena.
-    fn answer(&self, response: &InferResponse) -> Value {
-        let mut answers = self.answers.lock();
-        answers.unreleased += 1;
-        let outputs: Result<Vec<Value>, std::io::Error> = response
-            .outputs
-            .iter()
-            .map(|t| {
-                let region = answers.arena.push(&t.data)?;
-                Ok(descriptor(&t.name, t.datatype, &t.shape, &region))
-            })
-            .collect();
-        match outputs {
-            Ok(outputs) => {
-                json!({"outputs": outputs, "error": null, "parameters": parameters(&response.parameters)})
+    /// A `bls_response` message: the call's tag and its answers, their
+    /// outputs copied into the answers' arena.
+    fn answer(&self, tag: u64, answers: Vec<Result<InferResponse, Error>>) -> Vec<u8> {
+        let mut arena = self.answers.lock();
+        arena.unreleased += 1;
+        let mut files: Vec<std::path::PathBuf> = Vec::new();
+        let mut body = Out::default();
+        body.len(answers.len());
+        for answer in answers {
+            let placed = answer.and_then(|response| {
+                let placed: Result<Vec<_>, std::io::Error> = response
+                    .outputs
+                    .into_iter()
+                    .map(|t| {
+                        let region = arena.arena.push(&t.data)?;
+                        Ok((t, region))
+                    })
+                    .collect();
+                let placed = placed.map_err(|e| {
+                    Error::internal(format!("cannot place the answer in shared memory: {e}"))
+                })?;
+                Ok((response.parameters, placed))
+            });
+            match placed {
+                Ok((parameters, outputs)) => {
+                    body.u8(0).parameters(&parameters).len(outputs.len());
+                    for (t, region) in outputs {
+                        let file = file_index(&mut files, &region.path);
+                        body.tensor(&t.name, t.datatype, &t.shape, file, &region);
+                    }
+                }
+                Err(e) => {
+                    body.u8(1).str(e.message()).u8(number_of_kind(e.kind()));
+                }
             }
-            Err(e) => json!({"outputs": [], "error": {
-                "message": format!("cannot place the answer in shared memory: {e}"),
-                "code": "INTERNAL",
-            }}),
         }
+        let mut message = Out::default();
+        message.u64(tag).len(files.len());
+        for path in &files {
+            message.str(&path.to_string_lossy());
+        }
+        message.0.extend_from_slice(&body.0);
+        message.0
     }
 
-    /// The server request a `bls` frame describes, its inputs read out of
-    /// the worker's arena.
-    fn request(&self, r: &Value) -> Result<InferRequest, nereid_core::BackendError> {
+    /// The server request a `bls` message describes, its inputs read out
+    /// of the worker's arena.
+    fn request(&self, call: BlsCall) -> Result<InferRequest, Error> {
         let mut files = self.files.lock();
-        let mut reader = Reader {
-            files: &mut files,
-            label: &self.label,
-            hold: None,
-        };
-        let inputs = r["inputs"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-            .iter()
-            .map(|d| {
-                reader.tensor(d).map(|t| InputTensor {
-                    name: t.name,
-                    datatype: t.datatype,
-                    shape: t.shape,
-                    data: t.data,
+        let inputs = call
+            .inputs
+            .into_iter()
+            .map(|(name, datatype, shape, region)| {
+                let data = files.read(&region).map_err(|e| {
+                    Error::invalid_argument(format!("{}: input '{name}': {e}", self.label))
+                })?;
+                Ok(InputTensor {
+                    name,
+                    datatype,
+                    shape,
+                    data: data.into(),
                     parameters: Parameters::new(),
                 })
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        let outputs = r["requested_output_names"]
-            .as_array()
-            .map(Vec::as_slice)
-            .unwrap_or_default()
-            .iter()
-            .filter_map(Value::as_str)
+            .collect::<Result<Vec<_>, Error>>()?;
+        let outputs = call
+            .outputs
+            .into_iter()
             .map(|name| RequestedOutput {
-                name: name.to_owned(),
+                name,
                 parameters: Parameters::new(),
             })
             .collect();
         Ok(InferRequest {
-            model_name: r["model_name"].as_str().unwrap_or_default().to_owned(),
-            id: r["request_id"].as_str().unwrap_or_default().to_owned(),
-            routing: call_routing(r)?,
+            model_name: call.model_name,
+            id: call.request_id,
+            routing: call_routing(
+                &call.version,
+                &call.correlation_id,
+                call.flags,
+                call.timeout_us,
+            )?,
             inputs,
             outputs,
-            parameters: call_parameters(&r["parameters"]),
+            parameters: call.parameters,
             trace: None,
         })
     }
 }
 
+/// `path`'s index in a message's file table, added when new.
+fn file_index(files: &mut Vec<std::path::PathBuf>, path: &std::path::Path) -> u32 {
+    let index = files.iter().position(|f| f == path).unwrap_or_else(|| {
+        files.push(path.to_path_buf());
+        files.len() - 1
+    });
+    index as u32
+}
+
 /// A BLS request's routing facts: its version (a number, or a label for
 /// a model that has labels), correlation ID, flags and timeout.
-fn call_routing(r: &Value) -> Result<Routing, nereid_core::BackendError> {
+fn call_routing(
+    version: &Result<i64, String>,
+    id: &CorrelationId,
+    flags: u32,
+    timeout_us: u64,
+) -> Result<Routing, Error> {
     // As for a number, 0 and below mean the latest.
-    let version = match &r["model_version"] {
-        Value::String(v) => match ModelVersion::parse(v) {
+    let version = match version {
+        Err(label) => match ModelVersion::parse(label) {
             Some(ModelVersion::Number(n)) if n <= 0 => ModelVersion::Latest,
             Some(version) => version,
             None => {
-                return Err(nereid_core::BackendError::Request(
-                    nereid_core::Error::invalid_argument(format!(
-                        "model_version '{v}' is neither a version number nor a version label"
-                    )),
-                ));
+                return Err(Error::invalid_argument(format!(
+                    "model_version '{label}' is neither a version number nor a version label"
+                )));
             }
         },
-        v => ModelVersion::from(v.as_i64().filter(|&v| v > 0)),
+        Ok(n) => ModelVersion::from(Some(*n).filter(|&v| v > 0)),
     };
-    let id = match &r["correlation_id"] {
-        Value::String(id) => CorrelationId::Str(id.clone()),
-        id => CorrelationId::Int(id.as_u64().unwrap_or(0)),
-    };
-    let flags = r["flags"].as_u64().unwrap_or(0);
-    let timeout = r["timeout"].as_u64().filter(|&t| t > 0);
     Ok(Routing {
         version,
         sequence: Sequence {
-            id,
+            id: id.clone(),
             start: flags & 1 != 0,
             end: flags & 2 != 0,
         },
-        timeout: timeout.map(std::time::Duration::from_micros),
+        timeout: (timeout_us > 0).then(|| std::time::Duration::from_micros(timeout_us)),
         ..Routing::default()
     })
-}
-
-/// A BLS request's parameters (the worker allows bool, int and str values).
-fn call_parameters(parameters: &Value) -> Parameters {
-    let Some(map) = parameters.as_object() else {
-        return Parameters::new();
-    };
-    map.iter()
-        .filter_map(|(k, v)| {
-            let v = match v {
-                Value::Bool(b) => Parameter::Bool(*b),
-                Value::String(s) => Parameter::String(s.clone()),
-                Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-                    (Some(i), _) => Parameter::Int64(i),
-                    (None, Some(u)) => Parameter::Uint64(u),
-                    (None, None) => Parameter::Double(n.as_f64()?),
-                },
-                _ => return None,
-            };
-            Some((k.clone(), v))
-        })
-        .collect()
 }

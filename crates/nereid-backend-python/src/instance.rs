@@ -284,9 +284,9 @@ impl PythonInstance {
                         None => io.pass_on(r),
                     }
                 }
+                Incoming::Bls(payload) => io.bls.call(&payload, &io.worker.to()),
+                Incoming::BlsRelease => io.bls.released(),
                 Incoming::Json(frame) => match frame["op"].as_str() {
-                    Some("bls") => io.bls.call(&frame, &io.worker.to()),
-                    Some("bls_release") => io.bls.released(),
                     Some("error") => {
                         return Err(self.fail(
                             frame["message"]

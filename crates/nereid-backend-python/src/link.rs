@@ -215,10 +215,8 @@ impl Io {
                     tracing::error!(worker = %self.label, %error, "the Python worker broke the protocol");
                 }
             },
-            Incoming::Json(frame) if frame["op"] == "bls" => {
-                self.bls.call_on_thread(frame, self.worker.to());
-            }
-            Incoming::Json(frame) if frame["op"] == "bls_release" => self.bls.released(),
+            Incoming::Bls(payload) => self.bls.call_on_thread(payload, self.worker.to()),
+            Incoming::BlsRelease => self.bls.released(),
             other => {
                 tracing::warn!(worker = %self.label, message = ?other, "the worker sent an unexpected message between executes; dropped")
             }

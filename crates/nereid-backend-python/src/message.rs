@@ -16,6 +16,9 @@ pub(crate) const RESPONSES: u32 = 3;
 pub(crate) const RESPONSE: u32 = 4;
 pub(crate) const RELEASE: u32 = 5;
 pub(crate) const CANCEL: u32 = 6;
+pub(crate) const BLS: u32 = 7;
+pub(crate) const BLS_RESPONSE: u32 = 8;
+pub(crate) const BLS_RELEASE: u32 = 9;
 
 /// Builds a message.
 #[derive(Debug, Default)]
@@ -234,6 +237,12 @@ fn code_of_number(n: u8) -> &'static str {
     CODES.get(n as usize).copied().unwrap_or("INTERNAL")
 }
 
+/// An error kind's number on the wire.
+pub(crate) fn number_of_kind(kind: nereid_core::ErrorKind) -> u8 {
+    let name = crate::tensors::code_name(kind);
+    CODES.iter().position(|&c| c == name).unwrap_or(1) as u8
+}
+
 /// TRITONSERVER_DataType's number for a type.
 pub(crate) fn type_number(datatype: DataType) -> u8 {
     use DataType as D;
@@ -319,6 +328,66 @@ pub(crate) fn response(payload: &[u8]) -> Result<(u64, bool, Option<Entry>), Bad
     };
     finished(&r)?;
     Ok((id, flags & 1 != 0, entry))
+}
+
+/// A `bls` message: a call the model makes.
+pub(crate) struct BlsCall {
+    pub(crate) decoupled: bool,
+    pub(crate) model_name: String,
+    /// A number (negative: the server's choice), or a label.
+    pub(crate) version: Result<i64, String>,
+    pub(crate) request_id: String,
+    pub(crate) correlation_id: nereid_core::CorrelationId,
+    pub(crate) flags: u32,
+    pub(crate) timeout_us: u64,
+    pub(crate) parameters: Parameters,
+    pub(crate) outputs: Vec<String>,
+    pub(crate) inputs: Vec<(String, DataType, Vec<i64>, Region)>,
+}
+
+/// The tag a `bls` message starts with, when it has one.
+pub(crate) fn bls_tag(payload: &[u8]) -> Option<u64> {
+    In::new(payload).u64().ok()
+}
+
+/// A `bls` message (`python/README.md` has the layout).
+pub(crate) fn bls_call(payload: &[u8]) -> Result<BlsCall, BadMessage> {
+    let mut r = In::new(payload);
+    let _tag = r.u64()?;
+    let decoupled = r.u8()? & 1 != 0;
+    let model_name = r.str()?.to_owned();
+    let version = match r.u8()? {
+        0 => Ok(r.i64()?),
+        _ => Err(r.str()?.to_owned()),
+    };
+    let request_id = r.str()?.to_owned();
+    let correlation_id = match r.u8()? {
+        0 => nereid_core::CorrelationId::Int(r.u64()?),
+        _ => nereid_core::CorrelationId::Str(r.str()?.to_owned()),
+    };
+    let flags = r.u32()?;
+    let timeout_us = r.u64()?;
+    let parameters = r.parameters()?;
+    let n = r.count(4)?;
+    let outputs = (0..n)
+        .map(|_| r.str().map(str::to_owned))
+        .collect::<Result<_, _>>()?;
+    let files = r.files()?;
+    let n = r.count(22)?;
+    let inputs = (0..n).map(|_| r.tensor(&files)).collect::<Result<_, _>>()?;
+    finished(&r)?;
+    Ok(BlsCall {
+        decoupled,
+        model_name,
+        version,
+        request_id,
+        correlation_id,
+        flags,
+        timeout_us,
+        parameters,
+        outputs,
+        inputs,
+    })
 }
 
 fn finished(r: &In<'_>) -> Result<(), BadMessage> {

@@ -1,43 +1,12 @@
-//! Tensors and responses as the frames carry them: descriptors of regions
-//! in shared-memory files, response entries, parameters and error codes.
+//! The worker's answers as tensors (their outputs read out of the
+//! worker's files), and TritonError's code names.
 
-use std::path::PathBuf;
-
-use nereid_core::{BackendError, DataType, ErrorKind, Parameter, Parameters, Tensor};
-use serde_json::{Map, Value, json};
-
-use crate::message::Entry;
 use std::sync::Arc;
 
-use crate::shm::{Hold, Region, WorkerFiles};
+use nereid_core::{BackendError, ErrorKind, Tensor};
 
-/// A tensor's descriptor: its name, type, shape and region.
-pub(crate) fn descriptor(name: &str, datatype: DataType, shape: &[i64], region: &Region) -> Value {
-    json!({
-        "name": name,
-        "datatype": datatype.wire_name(),
-        "shape": shape,
-        "shm": {"path": region.path, "offset": region.offset, "size": region.size},
-    })
-}
-
-/// Request or response parameters as a JSON object.
-pub(crate) fn parameters(parameters: &Parameters) -> Value {
-    let map: Map<String, Value> = parameters
-        .iter()
-        .map(|(k, v)| {
-            let v = match v {
-                Parameter::Bool(b) => json!(b),
-                Parameter::Int64(i) => json!(i),
-                Parameter::Uint64(u) => json!(u),
-                Parameter::Double(d) => json!(d),
-                Parameter::String(s) => json!(s),
-            };
-            (k.clone(), v)
-        })
-        .collect();
-    Value::Object(map)
-}
+use crate::message::Entry;
+use crate::shm::{Hold, WorkerFiles};
 
 /// Reads the worker's files; errors name `label`, the worker.
 pub(crate) struct Reader<'a> {
@@ -73,37 +42,6 @@ impl Reader<'_> {
                 })
             })
             .collect()
-    }
-
-    /// The tensor a descriptor names, copied out of the worker's file.
-    pub(crate) fn tensor(&mut self, d: &Value) -> Result<Tensor, BackendError> {
-        let bad = || self.fail(format_args!("the worker sent a bad output descriptor: {d}"));
-        let name = d["name"].as_str().ok_or_else(bad)?.to_owned();
-        let datatype = d["datatype"]
-            .as_str()
-            .and_then(DataType::from_wire_name)
-            .ok_or_else(bad)?;
-        let shape: Vec<i64> = d["shape"]
-            .as_array()
-            .ok_or_else(bad)?
-            .iter()
-            .map(|v| v.as_i64().ok_or_else(bad))
-            .collect::<Result<_, _>>()?;
-        let region = Region {
-            path: PathBuf::from(d["shm"]["path"].as_str().unwrap_or_default()),
-            offset: d["shm"]["offset"].as_u64().ok_or_else(bad)? as usize,
-            size: d["shm"]["size"].as_u64().ok_or_else(bad)? as usize,
-        };
-        let data = self
-            .files
-            .read(&region)
-            .map_err(|e| self.fail(format_args!("output '{name}': {e}")))?;
-        Ok(Tensor {
-            name,
-            datatype,
-            shape,
-            data: data.into(),
-        })
     }
 }
 

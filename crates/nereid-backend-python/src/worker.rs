@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::channel::{Channel, Receiver, SendError};
 use crate::frame::{ToWorker, log_frame, send_json};
-use crate::message::{JSON, RESPONSE, RESPONSES};
+use crate::message::{BLS, BLS_RELEASE, JSON, RESPONSE, RESPONSES};
 use crate::side::{self, SideContext};
 
 /// The worker's descriptor for side frames (`NEREID_SIDE_FD`).
@@ -110,6 +110,10 @@ pub(crate) enum Incoming {
     Responses(Vec<u8>),
     /// A binary `response` from a response sender.
     Response(Vec<u8>),
+    /// A BLS call.
+    Bls(Vec<u8>),
+    /// The worker copied a BLS answer's outputs.
+    BlsRelease,
 }
 
 impl Incoming {
@@ -119,6 +123,8 @@ impl Incoming {
             Incoming::Json(v) => v["op"].as_str().unwrap_or("?"),
             Incoming::Responses(_) => "responses",
             Incoming::Response(_) => "response",
+            Incoming::Bls(_) => "bls",
+            Incoming::BlsRelease => "bls_release",
         }
     }
 }
@@ -277,6 +283,8 @@ impl Worker {
                 match kind {
                     RESPONSES => return Ok(Some(Incoming::Responses(payload))),
                     RESPONSE => return Ok(Some(Incoming::Response(payload))),
+                    BLS => return Ok(Some(Incoming::Bls(payload))),
+                    BLS_RELEASE => return Ok(Some(Incoming::BlsRelease)),
                     JSON => {}
                     kind => return Err(broken(&format_args!("a record of unknown kind {kind}"))),
                 }

@@ -39,7 +39,7 @@ _MAGIC = int.from_bytes(b"NRDCHAN1", "little")
 _RECORD = struct.Struct("<II")
 
 # Record kinds (src/message.rs).
-JSON, EXECUTE, RESPONSES, RESPONSE, RELEASE, CANCEL = 1, 2, 3, 4, 5, 6
+JSON, EXECUTE, RESPONSES, RESPONSE, RELEASE, CANCEL, BLS, BLS_RESPONSE, BLS_RELEASE = range(1, 10)
 
 _BARRIER = threading.Lock()
 

@@ -21,7 +21,6 @@ import threading
 from . import runtime
 from .errors import TritonError, TritonModelException, not_supported
 from .tensor import Tensor
-from .wire import to_json
 
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
 TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
@@ -272,22 +271,6 @@ class InferenceRequest:
                 f"flags: int) -> None\n\nInvoked with: {self!r}, {flags!r}"
             )
         self._release_flags = flags
-
-    def _bls_json(self, input_descriptors):
-        """The `request` object of a `bls` frame as JSON text, given its
-        inputs' descriptors as JSON texts."""
-        fields = to_json({
-            "model_name": self._model_name,
-            "model_version": self._model_version,
-            "requested_output_names": sorted(self._requested_output_names),
-            "request_id": self._request_id,
-            "correlation_id": self._correlation_id,
-            "flags": self._flags,
-            "timeout": self._timeout,
-            "parameters": self._parameters,
-        })
-        # `fields` is a non-empty object: put "inputs" first in it.
-        return '{"inputs":[' + ",".join(input_descriptors) + "]," + fields[1:]
 
     def _bls_runtime(self):
         current = runtime.current()

@@ -1,6 +1,7 @@
 """The binary messages of the request path (README.md, "Messages on the
 request path"; the server's side is src/message.rs): `execute` in,
-`responses` and `response` out, `release` and `cancel` in. Little-endian
+`responses` and `response` out, `release` and `cancel` in; and a BLS
+call's `bls` out, `bls_response` in and `bls_release` out. Little-endian
 integers; a string is a u32 length and UTF-8; a list a u32 count and its
 items; a tensor its name, Triton type number, shape and region (an index
 into the message's file table, offset, size).
@@ -126,6 +127,63 @@ def decode_execute(payload):
     if r.at != len(payload):
         raise ProtocolError("the execute message has bytes past its end")
     return read, requests
+
+
+def decode_bls_response(payload):
+    """(tag, [(outputs, error, parameters), ...]) of a `bls_response`
+    message: each output as `_Cursor.tensor` gives it, each error as
+    (message, code name) or None."""
+    r = _Cursor(payload)
+    (tag,) = r.unpack(_U64)
+    files = r.files()
+    entries = []
+    for _ in range(r.count(1)):
+        (failed,) = r.unpack(_U8)
+        if failed:
+            message = r.str()
+            (code,) = r.unpack(_U8)
+            entries.append(([], (message, CODES[code] if code < len(CODES) else "INTERNAL"), {}))
+            continue
+        parameters = r.parameters()
+        outputs = [r.tensor(files) for _ in range(r.count(25))]
+        entries.append((outputs, None, parameters))
+    if r.at != len(payload):
+        raise ProtocolError("the bls_response message has bytes past its end")
+    return tag, entries
+
+
+def tag(tag):
+    """A `bls_release` message: the call's tag."""
+    return _U64.pack(tag)
+
+
+def bls_head(tag, decoupled, request):
+    """What a `bls` message starts with, before its file table and inputs:
+    the call's tag and flags, and the pb_utils InferenceRequest's fields."""
+    head = Encoder()
+    parts = head.parts
+    parts.append(_U64.pack(tag) + _U8.pack(1 if decoupled else 0))
+    head.str(request._model_name)
+    version = request._model_version
+    if isinstance(version, str):
+        parts.append(b"\1")
+        head.str(version)
+    else:
+        parts.append(b"\0" + _I64.pack(version))
+    head.str(request._request_id)
+    correlation_id = request._correlation_id
+    if isinstance(correlation_id, str):
+        parts.append(b"\1")
+        head.str(correlation_id)
+    else:
+        parts.append(b"\0" + _U64.pack(correlation_id))
+    parts.append(_FLAGS_TIMEOUT.pack(request._flags, request._timeout))
+    head.parameters(request._parameters)
+    names = sorted(request._requested_output_names)
+    parts.append(_U32.pack(len(names)))
+    for name in names:
+        head.str(name)
+    return b"".join(parts)
 
 
 def decode_release(payload):

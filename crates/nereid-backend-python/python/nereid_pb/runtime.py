@@ -24,9 +24,9 @@ import sys
 import threading
 
 from . import messages
-from .channel import RESPONSE, RESPONSES
+from .channel import BLS, BLS_RELEASE, RESPONSE, RESPONSES
 from .errors import ErrorCode, TritonError
-from .wire import ChannelClosed, read_tensor, write_tensors
+from .wire import ChannelClosed, ProtocolError, region_tensor
 
 _current = None
 
@@ -302,7 +302,7 @@ class Runtime:
     # BLS ----------------------------------------------------------------------
 
     def start_bls(self, request, deliver, decoupled=False):
-        """Write the request's inputs to the arena and send a `bls` frame.
+        """Write the request's inputs to the arena and send a `bls` message.
         `deliver(parts)` is called exactly once, with a list of responses
         (one, unless `decoupled`), each as (output Tensors, TritonError or
         None, parameters): by the thread that reads the answer, or from here
@@ -311,15 +311,15 @@ class Runtime:
         tag = None
         block = None
         try:
-            descriptors, block = write_tensors(request.inputs(), self.arena)
+            encoder = messages.Encoder()
+            block = encoder.tensors(request.inputs(), self.arena)
             with self._lock:
                 if self._closed_reason is not None:
                     raise ConnectionError(self._closed_reason)
                 tag = next(self._tags)
                 self._pending[tag] = (deliver, block)
-            request_json = request._bls_json(descriptors)
-            flag = ',"decoupled":true' if decoupled else ""
-            self.writer.send_json(f'{{"op":"bls","tag":{tag}{flag},"request":{request_json}}}')
+            head = messages.bls_head(tag, decoupled, request)
+            self.writer.send_message(BLS, encoder.message(head))
         except Exception as error:
             with self._lock:
                 owned = tag is None or self._pending.pop(tag, None) is not None
@@ -328,48 +328,45 @@ class Runtime:
                     self.arena.free(block)
                 deliver([([], TritonError(str(error)), {})])
 
-    def finish_bls(self, tag, payload):
-        """Handle a `bls_response` (reading thread): copy the outputs out of
-        the server's file, tell the server it may reuse that memory
-        (`bls_release`), then hand the responses to the waiting caller."""
+    def finish_bls(self, payload):
+        """Handle a `bls_response` message (reading thread): copy the
+        outputs out of the server's file, tell the server it may reuse that
+        memory (`bls_release`), then hand the responses to the waiting
+        caller."""
+        try:
+            tag, entries = messages.decode_bls_response(payload)
+        except ProtocolError as error:
+            self.log("error", f"ignored a bad bls_response: {error}", __file__, 0)
+            return
         with self._lock:
-            entry = self._pending.pop(tag, None)
-        if entry is None:
+            pending = self._pending.pop(tag, None)
+        if pending is None:
             self.log("error", f"bls_response for unknown tag {tag!r} ignored", __file__, 0)
             parts = None
         else:
-            deliver, block = entry
-            self.arena.free(block)
+            deliver, block = pending
+            if block is not None:
+                self.arena.free(block)
             try:
-                if isinstance(payload, dict) and isinstance(payload.get("responses"), list):
-                    parts = [self._decode_bls_response(one) for one in payload["responses"]]
-                else:
-                    parts = [self._decode_bls_response(payload)]
+                parts = [self._bls_part(*entry) for entry in entries]
             except Exception as error:
                 parts = [([], TritonError(f"Nereid could not read the BLS response: {error}"), {})]
         try:
-            self.writer.send({"op": "bls_release", "tag": tag})
+            self.writer.send_message(BLS_RELEASE, messages.tag(tag))
         except ChannelClosed:
             pass
         if parts is not None:
             deliver(parts)
 
-    def _decode_bls_response(self, payload):
-        if not isinstance(payload, dict):
-            raise ValueError("'response' is missing or not an object")
-        parameters = _parameters(payload.get("parameters"))
-        error = payload.get("error")
-        if error:
-            message = error.get("message") if isinstance(error, dict) else None
-            if not isinstance(message, str):
-                message = "An error occurred while performing BLS request."
-            code = _error_code(error.get("code")) if isinstance(error, dict) else ErrorCode.INTERNAL
-            return [], TritonError(message, code), parameters
-        outputs = [
-            read_tensor(descriptor, self.files, copy=True)
-            for descriptor in payload.get("outputs") or []
-        ]
-        return outputs, None, parameters
+    def _bls_part(self, outputs, error, parameters):
+        """One response of a BLS answer: its Tensors (copied: the server
+        reuses their memory after `bls_release`), TritonError and
+        parameters."""
+        if error is not None:
+            message, code = error
+            return [], TritonError(message, _error_code(code)), parameters
+        tensors = [region_tensor(*output, self.files, copy=True) for output in outputs]
+        return tensors, None, parameters
 
     def close(self, reason):
         """The server is gone (end of input): fail every BLS call in flight,

@@ -1,11 +1,10 @@
-"""JSON messages, and the tensor descriptors they carry.
+"""JSON messages, and tensors in shared memory.
 
 The side channel carries frames: a 4-byte little-endian length and that
 many bytes of UTF-8 JSON holding one object (FrameWriter). The channel's
-JSON records (channel.py) hold the same objects (`decode_json`). A tensor
-in a JSON message (BLS) travels as a descriptor
-`{"name", "datatype", "shape", "shm": {"path", "offset", "size"}}` whose
-bytes lie in a shared-memory file (see shm.py and README.md).
+JSON records (channel.py) hold the same objects (`decode_json`). Tensors
+travel as regions of shared-memory files (see shm.py and README.md):
+`region_tensor` reads one, `place_tensors` writes them to the arena.
 """
 
 import json
@@ -16,7 +15,6 @@ import threading
 import numpy as np
 
 from .dtypes import (
-    FROM_WIRE,
     STORAGE_DTYPES,
     TRITONSERVER_TYPE_BYTES,
     WIRE_NAMES,
@@ -85,7 +83,7 @@ class FrameWriter:
         self.send_json(_ENCODER.encode(message))
 
     def send_json(self, text):
-        """Send a message already encoded as JSON text (see descriptor_json)."""
+        """Send a message already encoded as JSON text."""
         data = self._frame(text)
         with self._lock:
             self._write(data)
@@ -116,66 +114,14 @@ class FrameWriter:
             raise ChannelClosed(f"cannot write to the Nereid server: {error}") from error
 
 
-def _field(mapping, key, kind, what):
-    value = mapping.get(key) if isinstance(mapping, dict) else None
-    if type(value) is not kind:
-        raise ProtocolError(f"{what}: '{key}' is missing or not a {kind.__name__}")
-    return value
-
-
-def _descriptor_error(descriptor):
-    """The ProtocolError saying what is wrong with a descriptor that
-    read_tensor could not use."""
-    try:
-        name = _field(descriptor, "name", str, "tensor descriptor")
-        what = f"tensor '{name}'"
-        datatype = _field(descriptor, "datatype", str, what)
-        shape = _field(descriptor, "shape", list, what)
-        if not all(type(dim) is int and dim >= 0 for dim in shape):
-            return ProtocolError(f"{what}: shape {shape} is not a list of non-negative ints")
-        if datatype not in FROM_WIRE:
-            return ProtocolError(f"{what}: unknown datatype '{datatype}'")
-        shm = _field(descriptor, "shm", dict, what)
-        for key in ("path", "offset", "size"):
-            _field(shm, key, str if key == "path" else int, what)
-        if shm["offset"] < 0 or shm["size"] < 0:
-            return ProtocolError(f"{what}: negative offset or size")
-    except ProtocolError as error:
-        return error
-    return ProtocolError(f"{what}: unusable descriptor {descriptor!r}")
-
-
-def read_tensor(descriptor, files, copy):
-    """The Tensor a descriptor points at; its array is writable and never
-    writes to the server's file. With `copy` (BLS outputs, whose memory the
-    server reuses after `bls_release`) the data is always copied; otherwise a
-    fixed-size tensor of VIEW_MIN_BYTES or more is a zero-copy view of a
-    private mapping (see shm.InputFiles). BYTES are always decoded into a new
-    object array of bytes."""
-    # The common case takes one pass of exact type checks (JSON gives exact
-    # types); anything off is explained by _descriptor_error.
-    try:
-        name = descriptor["name"]
-        shape = descriptor["shape"]
-        shm = descriptor["shm"]
-        path, offset, size = shm["path"], shm["offset"], shm["size"]
-        triton_type = FROM_WIRE[descriptor["datatype"]]
-        count = 1
-        for dim in shape:
-            if type(dim) is not int or dim < 0:
-                raise TypeError
-            count *= dim
-        if (type(name) is not str or type(shape) is not list or type(path) is not str
-                or type(offset) is not int or type(size) is not int or offset < 0 or size < 0):
-            raise TypeError
-    except (KeyError, TypeError):
-        raise _descriptor_error(descriptor) from None
-    return region_tensor(name, triton_type, shape, path, offset, size, files, copy)
-
-
 def region_tensor(name, triton_type, shape, path, offset, size, files, copy=False):
     """The Tensor whose bytes lie at `offset` in the server's file `path`
-    (see read_tensor; `triton_type` is a TRITONSERVER_TYPE number)."""
+    (`triton_type` is a TRITONSERVER_TYPE number). Its array is writable and
+    never writes to the server's file. With `copy` (BLS outputs, whose
+    memory the server reuses after `bls_release`) the data is always
+    copied; otherwise a fixed-size tensor of VIEW_MIN_BYTES or more is a
+    zero-copy view of a private mapping (see shm.InputFiles). BYTES are
+    always decoded into a new object array of bytes."""
     count = 1
     for dim in shape:
         if dim < 0:
@@ -209,18 +155,6 @@ def region_tensor(name, triton_type, shape, path, offset, size, files, copy=Fals
     return Tensor._wrap(name, array, triton_type)
 
 
-def descriptor_json(name, triton_type, shape, path_json, offset, size):
-    """A tensor descriptor as JSON text (`path_json`: the path as JSON).
-    Descriptors are what the worker's answers are made of; building their
-    text directly takes a fraction of what the json module needs for the
-    dict."""
-    return (
-        f'{{"name":{_ENCODER.encode(name)},"datatype":"{WIRE_NAMES[triton_type]}",'
-        f'"shape":[{",".join(map(str, shape))}],'
-        f'"shm":{{"path":{path_json},"offset":{offset},"size":{size}}}}}'
-    )
-
-
 def place_tensors(tensors, arena):
     """Copy Tensors into one new arena Block; returns them (GPU tensors
     replaced by their host copies: the server reads shared host memory
@@ -248,15 +182,3 @@ def place_tensors(tensors, arena):
         arena.free(block)
         raise
     return tensors, sizes, offsets, block
-
-
-def write_tensors(tensors, arena):
-    """Copy Tensors into one new arena Block (see place_tensors); returns
-    their descriptors (as JSON texts, see descriptor_json) and the Block."""
-    tensors, sizes, offsets, block = place_tensors(tensors, arena)
-    path_json = _ENCODER.encode(block.path)
-    descriptors = [
-        descriptor_json(tensor._name, tensor._triton_type, tensor._array.shape, path_json, offset, size)
-        for tensor, size, offset in zip(tensors, sizes, offsets)
-    ]
-    return descriptors, block

@@ -1,12 +1,12 @@
 """The server's side of the request path's binary messages, for the
-harness: `execute`, `cancel` and `release` are written from the dicts the
-tests build (the request-path shapes of README.md, ids as strings), and
-`responses` and `response` are read back into such dicts, so that the tests
-read what the worker answered as plainly as JSON."""
+harness: `execute`, `cancel`, `release` and `bls_response` are written from
+the dicts the tests build (the shapes of README.md, ids as strings), and
+`responses`, `response`, `bls` and `bls_release` are read back into such
+dicts, so that the tests read what the worker sent as plainly as JSON."""
 
 import struct
 
-from nereid_pb.channel import CANCEL, EXECUTE, RELEASE
+from nereid_pb.channel import BLS_RESPONSE, CANCEL, EXECUTE, RELEASE
 from nereid_pb.dtypes import FROM_WIRE, WIRE_NAMES
 from nereid_pb.messages import CODES
 
@@ -70,9 +70,50 @@ def _parameters(out, parameters):
             out.str(str(value))
 
 
+def _entry(out, files, entry):
+    """A response entry given as a dict (`outputs` descriptors, `error`,
+    `parameters`)."""
+    error = entry.get("error")
+    if error:
+        out.raw(b"\1")
+        out.str(error.get("message", ""))
+        out.pack("<B", CODES.index(error.get("code", "INTERNAL")))
+        return
+    out.raw(b"\0")
+    _parameters(out, entry.get("parameters") or {})
+    _tensors(out, files, entry.get("outputs") or [])
+
+
+def _tensors(out, files, descriptors):
+    out.pack("<I", len(descriptors))
+    for descriptor in descriptors:
+        shm = descriptor["shm"]
+        file = files.setdefault(shm["path"], len(files))
+        out.str(descriptor["name"])
+        shape = descriptor["shape"]
+        out.pack("<BI", FROM_WIRE[descriptor["datatype"]], len(shape))
+        out.pack(f"<{len(shape)}q", *shape)
+        out.pack("<IQQ", file, shm["offset"], shm["size"])
+
+
+def _files(files):
+    out = _Out()
+    out.pack("<I", len(files))
+    for path in files:
+        out.str(path)
+    return out.bytes()
+
+
 def encode(message, keys):
-    """(kind, payload) of a request-path message given as a dict."""
+    """(kind, payload) of a message given as a dict."""
     op = message["op"]
+    if op == "bls_response":
+        response, files, body = message["response"], {}, _Out()
+        entries = response["responses"] if "responses" in response else [response]
+        body.pack("<I", len(entries))
+        for entry in entries:
+            _entry(body, files, entry)
+        return BLS_RESPONSE, _U64.pack(message["tag"]) + _files(files) + body.bytes()
     if op == "release":
         return RELEASE, _U64.pack(message["read"])
     if op == "cancel":
@@ -98,22 +139,9 @@ def encode(message, keys):
         body.pack("<I", len(names))
         for name in names:
             body.str(name)
-        inputs = request.get("inputs", [])
-        body.pack("<I", len(inputs))
-        for descriptor in inputs:
-            shm = descriptor["shm"]
-            file = files.setdefault(shm["path"], len(files))
-            body.str(descriptor["name"])
-            shape = descriptor["shape"]
-            body.pack("<BI", FROM_WIRE[descriptor["datatype"]], len(shape))
-            body.pack(f"<{len(shape)}q", *shape)
-            body.pack("<IQQ", file, shm["offset"], shm["size"])
-    head = _Out()
-    head.pack("<Q", message.get("read", 0xFFFFFFFFFFFFFFFF))
-    head.pack("<I", len(files))
-    for path in files:
-        head.str(path)
-    return EXECUTE, head.bytes() + body.bytes()
+        _tensors(body, files, request.get("inputs", []))
+    read = _U64.pack(message.get("read", 0xFFFFFFFFFFFFFFFF))
+    return EXECUTE, read + _files(files) + body.bytes()
 
 
 class _In:
@@ -149,21 +177,24 @@ class _In:
             }[tag]()
         return parameters
 
+    def tensors(self, files):
+        tensors = []
+        for _ in range(self.one("<I")):
+            name = self.str()
+            triton_type, rank = self.unpack("<BI")
+            shape = list(self.unpack(f"<{rank}q"))
+            file, offset, size = self.unpack("<IQQ")
+            tensors.append({"name": name, "datatype": WIRE_NAMES[triton_type], "shape": shape,
+                            "shm": {"path": files[file], "offset": offset, "size": size}})
+        return tensors
+
     def entry(self, files):
         if self.one("<B"):
             message = self.str()
             return {"outputs": [], "error": {"message": message, "code": CODES[self.one("<B")]},
                     "parameters": {}}
         parameters = self.parameters()
-        outputs = []
-        for _ in range(self.one("<I")):
-            name = self.str()
-            triton_type, rank = self.unpack("<BI")
-            shape = list(self.unpack(f"<{rank}q"))
-            file, offset, size = self.unpack("<IQQ")
-            outputs.append({"name": name, "datatype": WIRE_NAMES[triton_type], "shape": shape,
-                            "shm": {"path": files[file], "offset": offset, "size": size}})
-        return {"outputs": outputs, "error": None, "parameters": parameters}
+        return {"outputs": self.tensors(files), "error": None, "parameters": parameters}
 
 
 def decode_responses(payload, keys, request_ids):
@@ -202,3 +233,22 @@ def decode_response(payload, keys):
     if flags & 2:
         message["note"] = "released"
     return message
+
+
+def decode_bls(payload):
+    """A `bls` message as a dict: {"op": "bls", "tag", "decoupled",
+    "request": {...the call's fields, "inputs": [descriptors]}}."""
+    r = _In(payload)
+    tag, flags = r.unpack("<QB")
+    request = {"model_name": r.str()}
+    request["model_version"] = r.str() if r.one("<B") else r.one("<q")
+    request["requested_output_names"] = None  # in the order README.md gives
+    request["request_id"] = r.str()
+    request["correlation_id"] = r.str() if r.one("<B") else r.one("<Q")
+    request["flags"], request["timeout"] = r.unpack("<IQ")
+    request["parameters"] = r.parameters()
+    request["requested_output_names"] = [r.str() for _ in range(r.one("<I"))]
+    files = r.files()
+    request["inputs"] = r.tensors(files)
+    assert r.at == len(payload), "bytes past the end of a bls message"
+    return {"op": "bls", "tag": tag, "decoupled": bool(flags & 1), "request": request}

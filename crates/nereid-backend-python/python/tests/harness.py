@@ -129,6 +129,10 @@ class Worker:
         kind, payload = message
         if kind == channel.RESPONSES:
             return codec.decode_responses(payload, self.keys, self._executes.get_nowait())
+        if kind == channel.BLS:
+            return codec.decode_bls(payload)
+        if kind == channel.BLS_RELEASE:
+            return {"op": "bls_release", "tag": struct.unpack("<Q", payload)[0]}
         assert kind == channel.RESPONSE, f"a message of kind {kind}"
         return codec.decode_response(payload, self.keys)
 
@@ -145,7 +149,7 @@ class Worker:
     def send(self, *messages):
         """Send messages: the request path's in binary, the others as JSON."""
         for message in messages:
-            if message.get("op") in ("execute", "cancel", "release"):
+            if message.get("op") in ("execute", "cancel", "release", "bls_response"):
                 if message["op"] == "execute":
                     self._executes.put([request["id"] for request in message["requests"]])
                 self._writer.send_message(*codec.encode(message, self.keys))

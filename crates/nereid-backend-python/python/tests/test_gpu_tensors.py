@@ -132,9 +132,11 @@ def test_gpu_tensors_are_written_to_shared_memory_as_host_copies():
     try:
         array = np.arange(8, dtype=np.float32)
         tensors = [pb_utils.Tensor.from_dlpack("GPU", FakeGpuArray(array)), pb_utils.Tensor("CPU", array)]
-        descriptors, block = wire.write_tensors(tensors, arena)
-        for text in descriptors:
-            np.testing.assert_array_equal(read_tensor(json.loads(text)), array)
+        placed, sizes, offsets, block = wire.place_tensors(tensors, arena)
+        for tensor, size, offset in zip(placed, sizes, offsets):
+            descriptor = {"name": tensor.name(), "datatype": "FP32", "shape": [8],
+                          "shm": {"path": block.path, "offset": offset, "size": size}}
+            np.testing.assert_array_equal(read_tensor(descriptor), array)
         arena.free(block)
     finally:
         arena.close()

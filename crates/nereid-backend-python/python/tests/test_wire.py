@@ -20,7 +20,7 @@ sys.path.insert(0, str(PYTHON_DIR))
 from nereid_pb import channel, messages  # noqa: E402
 from nereid_pb.inbox import Inbox  # noqa: E402
 from nereid_pb.tensor import Tensor  # noqa: E402
-from nereid_pb.wire import FrameWriter, ProtocolError, descriptor_json  # noqa: E402
+from nereid_pb.wire import FrameWriter, ProtocolError  # noqa: E402
 
 
 class Link:
@@ -201,14 +201,6 @@ def test_frame_writer_writes_whole_side_frames():
         frames.append(json.loads(data[4:4 + length]))
         data = data[4 + length:]
     assert frames == [{"op": "log", "message": "h\u00e9"}, {"op": "x"}]
-
-
-@pytest.mark.parametrize("name", ["OUTPUT0", 'quote"back\\slash', "tab\tnew\nline\u0001", "gr\u00fc\u00dfe \u2603"])
-def test_descriptor_json_is_the_json_of_the_descriptor(name):
-    text = descriptor_json(name, 11, (2, 0, 3), json.dumps("/dev/shm/a\"b"), 128, 0)
-    assert json.loads(text) == {"name": name, "datatype": "FP32", "shape": [2, 0, 3],
-                                "shm": {"path": "/dev/shm/a\"b", "offset": 128, "size": 0}}
-    assert json.loads(descriptor_json(name, 13, (), json.dumps("p"), 0, 4))["shape"] == []
 
 
 class Router:
