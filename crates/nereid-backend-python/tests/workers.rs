@@ -111,7 +111,7 @@ output [ { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] } ]
     if let Some(code) = code {
         std::fs::write(dir.join(name).join("1/model.py"), code).unwrap();
     }
-    let model = resolve(&repo, name, &backends).unwrap();
+    let model = resolve(&repo, name, backends).unwrap();
     backends[0].load(&source(&model)).unwrap()
 }
 
