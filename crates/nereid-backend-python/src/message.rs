@@ -4,10 +4,9 @@
 //! `u32` length and UTF-8, lists as a `u32` count and their items. Every
 //! other message is JSON text in a record of kind [`JSON`].
 
-use nereid_core::{BackendError, DataType, Error, Parameter, Parameters};
+use nereid_core::{BackendError, DataType, Error, ErrorKind, Parameter, Parameters};
 
 use crate::shm::Region;
-use crate::tensors::kind_of;
 
 /// Record kinds.
 pub(crate) const JSON: u32 = 1;
@@ -238,8 +237,8 @@ fn code_of_number(n: u8) -> &'static str {
 }
 
 /// An error kind's number on the wire.
-pub(crate) fn number_of_kind(kind: nereid_core::ErrorKind) -> u8 {
-    let name = crate::tensors::code_name(kind);
+pub(crate) fn number_of_kind(kind: ErrorKind) -> u8 {
+    let name = code_name(kind);
     CODES.iter().position(|&c| c == name).unwrap_or(1) as u8
 }
 
@@ -397,6 +396,34 @@ fn finished(r: &In<'_>) -> Result<(), BadMessage> {
     }
 }
 
+/// The error kind of a TritonError code name (INTERNAL for unknown ones).
+pub(crate) fn kind_of(code: &str) -> ErrorKind {
+    use ErrorKind as K;
+    match code {
+        "INVALID_ARG" => K::InvalidArgument,
+        "NOT_FOUND" => K::NotFound,
+        "UNAVAILABLE" => K::Unavailable,
+        "UNSUPPORTED" => K::Unsupported,
+        "ALREADY_EXISTS" => K::AlreadyExists,
+        "CANCELLED" => K::Cancelled,
+        _ => K::Internal,
+    }
+}
+
+/// TritonError's code name for an error kind.
+pub(crate) fn code_name(kind: ErrorKind) -> &'static str {
+    use ErrorKind as K;
+    match kind {
+        K::InvalidArgument => "INVALID_ARG",
+        K::NotFound => "NOT_FOUND",
+        K::Unavailable => "UNAVAILABLE",
+        K::Unsupported => "UNSUPPORTED",
+        K::AlreadyExists => "ALREADY_EXISTS",
+        K::Cancelled => "CANCELLED",
+        K::Internal => "INTERNAL",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -465,6 +492,6 @@ mod tests {
         for d in DataType::ALL {
             assert_eq!(type_of_number(type_number(d)), Some(d));
         }
-        assert_eq!(kind_of(code_of_number(2)), nereid_core::ErrorKind::NotFound);
+        assert_eq!(kind_of(code_of_number(2)), ErrorKind::NotFound);
     }
 }

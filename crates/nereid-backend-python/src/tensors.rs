@@ -1,9 +1,9 @@
-//! The worker's answers as tensors (their outputs read out of the
-//! worker's files), and TritonError's code names.
+//! The worker's answers as tensors: their outputs read out of the
+//! worker's files, or viewed there.
 
 use std::sync::Arc;
 
-use nereid_core::{BackendError, ErrorKind, Tensor};
+use nereid_core::{BackendError, Tensor};
 
 use crate::message::Entry;
 use crate::shm::{Hold, WorkerFiles};
@@ -42,33 +42,5 @@ impl Reader<'_> {
                 })
             })
             .collect()
-    }
-}
-
-/// The error kind of a TritonError code name (INTERNAL for unknown ones).
-pub(crate) fn kind_of(code: &str) -> ErrorKind {
-    use ErrorKind as K;
-    match code {
-        "INVALID_ARG" => K::InvalidArgument,
-        "NOT_FOUND" => K::NotFound,
-        "UNAVAILABLE" => K::Unavailable,
-        "UNSUPPORTED" => K::Unsupported,
-        "ALREADY_EXISTS" => K::AlreadyExists,
-        "CANCELLED" => K::Cancelled,
-        _ => K::Internal,
-    }
-}
-
-/// TritonError's code name for an error kind.
-pub(crate) fn code_name(kind: ErrorKind) -> &'static str {
-    use ErrorKind as K;
-    match kind {
-        K::InvalidArgument => "INVALID_ARG",
-        K::NotFound => "NOT_FOUND",
-        K::Unavailable => "UNAVAILABLE",
-        K::Unsupported => "UNSUPPORTED",
-        K::AlreadyExists => "ALREADY_EXISTS",
-        K::Cancelled => "CANCELLED",
-        K::Internal => "INTERNAL",
     }
 }
