@@ -6,6 +6,7 @@
 //! (`link.rs`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,11 @@ const RESTART_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long one `execute` may take before the worker is given up on.
 const EXECUTE_TIMEOUT: Duration = Duration::from_secs(3600);
 
+/// How long a worker may go on with a batch whose every request was
+/// cancelled (its clients went away or their time ran out) before it is
+/// given up on: a model that never answers is stopped, not waited for.
+const ABANDONED_GRACE: Duration = Duration::from_secs(5);
+
 /// How long an instance that goes (unload, shutdown) waits for its open
 /// requests to end before it asks the worker to cancel them, and then
 /// before it fails those left.
@@ -54,6 +60,9 @@ pub struct PythonInstance {
     next_id: u64,
     /// The most requests that may be open at once.
     max_open: usize,
+    /// The worker was stopped by this instance (it broke the protocol or
+    /// did not answer), and the batch's error says why.
+    stopped: AtomicBool,
 }
 
 impl std::fmt::Debug for PythonInstance {
@@ -90,6 +99,7 @@ impl PythonInstance {
             arenas: vec![(arena, Lease::default())],
             next_id: 0,
             max_open,
+            stopped: AtomicBool::new(false),
         })
     }
 
@@ -246,6 +256,8 @@ impl PythonInstance {
         let mut told = vec![false; count];
         let mut kept = Kept::new(requests.iter().map(|r| r.responder.is_some()).collect());
         let deadline = Instant::now() + EXECUTE_TIMEOUT;
+        // When every request of the batch was cancelled and told so.
+        let mut abandoned: Option<Instant> = None;
         let payload = loop {
             let cancelled: Vec<u64> = (first_id..)
                 .zip(requests)
@@ -257,16 +269,15 @@ impl PythonInstance {
                 })
                 .collect();
             io.tell_cancelled(&cancelled).map_err(|e| self.fail(e))?;
-            let wait = CANCEL_POLL.min(deadline.saturating_duration_since(Instant::now()));
+            if abandoned.is_none() && told.iter().all(|&t| t) {
+                abandoned = Some(Instant::now());
+            }
+            let limit = abandoned.map_or(deadline, |at| deadline.min(at + ABANDONED_GRACE));
+            let wait = CANCEL_POLL.min(limit.saturating_duration_since(Instant::now()));
             let message = match io.worker.next(wait) {
                 Ok(message) => message,
-                Err(e) if e.is_timeout() && Instant::now() < deadline => continue,
-                Err(e) if e.is_timeout() => {
-                    io.worker.kill();
-                    return Err(self.fail(format_args!(
-                        "the Python worker did not answer within {EXECUTE_TIMEOUT:?} and was stopped"
-                    )));
-                }
+                Err(e) if e.is_timeout() && Instant::now() < limit => continue,
+                Err(e) if e.is_timeout() => return Err(self.give_up(io, abandoned.is_some())),
                 Err(e) => return Err(self.fail(e)),
             };
             match message {
@@ -305,12 +316,31 @@ impl PythonInstance {
         self.results(io, &payload, first_id, count, kept)
     }
 
+    /// The worker did not answer in time: it is stopped (and started again
+    /// for the next batch), and the batch fails saying why.
+    fn give_up(&self, io: &mut Io, abandoned: bool) -> BackendError {
+        tracing::error!(worker = %self.label, abandoned, "the Python worker did not answer; it is stopped");
+        io.worker.kill();
+        self.stopped.store(true, Ordering::Relaxed);
+        match abandoned {
+            true => self.fail(format_args!(
+                "every request of the batch was cancelled, and the Python worker did not answer within {ABANDONED_GRACE:?} more; it was stopped and is started again for the next batch"
+            )),
+            false => self.fail(format_args!(
+                "the Python worker did not answer within {EXECUTE_TIMEOUT:?} and was stopped; it is started again for the next batch"
+            )),
+        }
+    }
+
     /// The worker broke the protocol: it is stopped (and started again for
     /// the next batch), and the batch fails with what it did.
     fn lose(&self, io: &mut Io, e: BadMessage) -> BackendError {
         tracing::error!(worker = %self.label, error = %e, "the Python worker broke the protocol; it is stopped");
         io.worker.kill();
-        self.fail(e)
+        self.stopped.store(true, Ordering::Relaxed);
+        self.fail(format_args!(
+            "{e}; the worker was stopped and is started again for the next batch"
+        ))
     }
 
     /// Each request's result from the worker's answer to their execute.
@@ -395,8 +425,12 @@ impl PythonInstance {
             return error;
         };
         self.link.deaths.lock().push(Instant::now());
-        tracing::error!(worker = %self.label, %status, "the Python worker died");
         io.lost(&WorkerError::Gone(status.clone()));
+        if self.stopped.swap(false, Ordering::Relaxed) {
+            // Stopped here, and the error says why.
+            return error;
+        }
+        tracing::error!(worker = %self.label, %status, "the Python worker died");
         self.fail(format_args!(
             "the Python worker {status} while running this batch; it is started again for the next one"
         ))

@@ -377,6 +377,57 @@ class TritonPythonModel:
     );
 }
 
+#[test]
+fn a_worker_that_never_answers_a_cancelled_batch_is_stopped_and_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let hangs = r#"import json, time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        if json.loads(requests[0].parameters()).get("mode") == "hang":
+            while True:
+                time.sleep(1)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+"#;
+    let backends = vec![backend()];
+    let mut instance = in_out_instance(&backends, dir.path(), "hangs", Some(hangs));
+    let mut parameters = nereid_core::Parameters::new();
+    parameters.insert("mode".into(), nereid_core::Parameter::String("hang".into()));
+    let request = InferRequest {
+        inputs: vec![f32_input("IN", &[1.0])],
+        parameters,
+        ..Default::default()
+    };
+    let outputs = vec!["OUT".to_string()];
+    let started = std::time::Instant::now();
+    let batch = [BatchRequest {
+        request: &request,
+        outputs: &outputs,
+        // The client went away (or its time ran out) a moment in.
+        cancelled: &|| started.elapsed() > std::time::Duration::from_millis(200),
+        responder: None,
+    }];
+    let wise = instance.as_request_wise().unwrap();
+    let err = wise
+        .execute_requests(&batch)
+        .pop()
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("model 'hangs'") && err.contains("every request of the batch was cancelled"),
+        "{err}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    assert_eq!(
+        f32s(&run_in_out(&mut instance, "", &[3.0]).unwrap()[0].data),
+        [3.0],
+        "the worker was started again"
+    );
+}
+
 /// Whether `address` lies in a mapping of a worker's shared-memory file.
 fn in_worker_file(address: usize) -> bool {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
