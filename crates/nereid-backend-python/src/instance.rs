@@ -40,12 +40,6 @@ const EXECUTE_TIMEOUT: Duration = Duration::from_secs(3600);
 /// given up on: a model that never answers is stopped, not waited for.
 const ABANDONED_GRACE: Duration = Duration::from_secs(5);
 
-/// How long an instance that goes (unload, shutdown) waits for its open
-/// requests to end before it asks the worker to cancel them, and then
-/// before it fails those left.
-const OPEN_GRACE: Duration = Duration::from_secs(30);
-const CANCEL_GRACE: Duration = Duration::from_secs(5);
-
 /// Room for the first batch's inputs; the arena grows past it as needed.
 const ARENA_START: usize = 1 << 20;
 
@@ -435,44 +429,11 @@ impl PythonInstance {
             "the Python worker {status} while running this batch; it is started again for the next one"
         ))
     }
-
-    /// Waits for the open requests to end, as Triton's unload waits for a
-    /// model's responses; after [`OPEN_GRACE`] asks the worker to cancel
-    /// them, and after [`CANCEL_GRACE`] more fails those left.
-    fn close_open(&self) {
-        let started = Instant::now();
-        let mut cancelled = false;
-        loop {
-            let mut io = self.link.lock();
-            if io.open.is_empty() || !io.worker.is_alive() {
-                break;
-            }
-            let waited = started.elapsed();
-            if waited >= OPEN_GRACE + CANCEL_GRACE {
-                tracing::warn!(worker = %self.label, open = io.open.len(), "the instance goes with requests still open; they fail");
-                break;
-            }
-            if waited >= OPEN_GRACE && !cancelled {
-                cancelled = true;
-                io.cancel_open();
-            }
-            self.link.release(io);
-            std::thread::sleep(CANCEL_POLL);
-        }
-        // A worker that died meanwhile leaves its requests to no one.
-        let mut io = self.link.lock();
-        let error = nereid_core::Error::unavailable(format!(
-            "{}: the model instance was unloaded while the request was open",
-            self.label
-        ));
-        io.open.fail_all(&error);
-        self.link.release(io);
-    }
 }
 
 impl Drop for PythonInstance {
     fn drop(&mut self) {
-        self.close_open();
+        self.link.close_open();
         self.link.stop();
         if let Some(drain) = self.drain.take() {
             let _ = drain.join();
@@ -524,11 +485,5 @@ impl ModelInstance for PythonInstance {
         self.execute_requests(&requests)
             .pop()
             .unwrap_or_else(|| Err(self.fail("no answer")))
-    }
-}
-
-impl From<WorkerError> for BackendError {
-    fn from(e: WorkerError) -> Self {
-        BackendError::Execute(e.to_string())
     }
 }

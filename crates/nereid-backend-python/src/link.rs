@@ -21,6 +21,12 @@ use crate::shm::{Hold, Holds, WorkerFiles};
 use crate::tensors::Reader;
 use crate::worker::{Incoming, Wake, Worker, WorkerError};
 
+/// How long an instance that goes (unload, shutdown) waits for its open
+/// requests to end before it asks the worker to cancel them, and then
+/// before it fails those left.
+const OPEN_GRACE: Duration = Duration::from_secs(30);
+const CANCEL_GRACE: Duration = Duration::from_secs(5);
+
 /// How often clients that went away are looked for while requests run.
 pub(crate) const CANCEL_POLL: Duration = Duration::from_millis(20);
 
@@ -126,6 +132,39 @@ impl Link {
     /// The line, for a look (the instance is idle).
     pub(crate) fn lock(&self) -> MutexGuard<'_, Io> {
         self.acquire(0, usize::MAX)
+    }
+
+    /// Waits for the open requests to end, as Triton's unload waits for a
+    /// model's responses; after [`OPEN_GRACE`] asks the worker to cancel
+    /// them, and after [`CANCEL_GRACE`] more fails those left.
+    pub(crate) fn close_open(&self) {
+        let started = Instant::now();
+        let mut cancelled = false;
+        loop {
+            let mut io = self.lock();
+            if io.open.is_empty() || !io.worker.is_alive() {
+                break;
+            }
+            let waited = started.elapsed();
+            if waited >= OPEN_GRACE + CANCEL_GRACE {
+                tracing::warn!(worker = %io.label, open = io.open.len(), "the instance goes with requests still open; they fail");
+                break;
+            }
+            if waited >= OPEN_GRACE && !cancelled {
+                cancelled = true;
+                io.cancel_open();
+            }
+            self.release(io);
+            std::thread::sleep(CANCEL_POLL);
+        }
+        // A worker that died meanwhile leaves its requests to no one.
+        let mut io = self.lock();
+        let error = Error::unavailable(format!(
+            "{}: the model instance was unloaded while the request was open",
+            io.label
+        ));
+        io.open.fail_all(&error);
+        self.release(io);
     }
 
     /// Ends the drain thread.

@@ -69,6 +69,12 @@ pub(crate) enum WorkerError {
     Write(SendError),
 }
 
+impl From<WorkerError> for nereid_core::BackendError {
+    fn from(e: WorkerError) -> Self {
+        nereid_core::BackendError::Execute(e.to_string())
+    }
+}
+
 impl WorkerError {
     pub(crate) fn is_timeout(&self) -> bool {
         matches!(self, WorkerError::Timeout(_))
