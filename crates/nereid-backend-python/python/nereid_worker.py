@@ -323,7 +323,15 @@ class Worker:
                     f"message: {text}"
                 )
             else:
-                self.runtime.send_outputs(RESPONSES, answer, blocks)
+                try:
+                    self.runtime.send_outputs(RESPONSES, answer, blocks)
+                except ProtocolError as error:
+                    # Too large for the channel (parameters or error texts
+                    # of many megabytes): the batch fails saying so.
+                    self.runtime.send_batch_error(
+                        f"Failed to process the request(s) for model '{self.instance_name}', "
+                        f"message: {error}"
+                    )
         finally:
             # Requests still open (a decoupled model's) are closed by their
             # final flag; the others are done.

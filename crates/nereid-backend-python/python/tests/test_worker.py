@@ -540,3 +540,13 @@ def test_response_outputs_are_reused_only_once_the_server_read_them(start_worker
     worker.send({"op": "release", "read": 4})
     third = answered("3", read=4)
     assert (third["path"], third["offset"]) == (first["path"], first["offset"])
+
+
+def test_an_answer_too_large_for_the_channel_fails_the_batch_and_the_worker_goes_on(start_worker, shm):
+    worker = start_worker()
+    worker.initialize("long_error")
+    reply = worker.execute([request("r", [], ["OUT"], parameters={"size": 1 << 20})])
+    assert reply["responses"] is None
+    assert "over the channel's" in reply["error"]["message"], reply
+    reply = worker.execute([request("s", [], ["OUT"], parameters={"size": 10})])
+    assert reply["error"] is None and reply["responses"][0]["error"]["message"] == "x" * 10
