@@ -1,5 +1,5 @@
 //! The instance's line to its worker. While an `execute` runs, the
-//! instance thread reads the worker's frames itself (no thread in between
+//! instance thread reads the worker's messages itself (no thread in between
 //! on the common path). A decoupled model's requests may stay open after
 //! their `execute` returned; between executes a drain thread reads their
 //! responses, runs the BLS calls of the model's threads and tells the
@@ -30,7 +30,7 @@ const CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// How often clients that went away are looked for while requests run.
 pub(crate) const CANCEL_POLL: Duration = Duration::from_millis(20);
 
-/// Output frames read before the drain thread tells the worker it may
+/// Output messages read before the drain thread tells the worker it may
 /// reuse their memory, when more keep coming.
 const RELEASE_EVERY: u64 = 16;
 
@@ -41,7 +41,7 @@ pub(crate) struct Link {
     io: Mutex<Io>,
     /// Set while the instance thread wants or holds `io`.
     busy: AtomicBool,
-    /// Set while the drain thread waits for frames; `wake` ends the wait.
+    /// Set while the drain thread waits for messages; `wake` ends the wait.
     polling: AtomicBool,
     wake: Wake,
     /// The drain thread waits here for open requests, or for its turn.
@@ -53,14 +53,14 @@ pub(crate) struct Link {
     pub(crate) deaths: Mutex<Vec<Instant>>,
 }
 
-/// What the reader of the worker's frames works with.
+/// What the reader of the worker's messages works with.
 pub(crate) struct Io {
     pub(crate) worker: Worker,
     pub(crate) label: String,
     files: WorkerFiles,
     pub(crate) open: OpenRequests,
     pub(crate) bls: Arc<Bls>,
-    /// Output frames (`response`, `responses`) read, their outputs copied
+    /// Output messages (`response`, `responses`) read, their outputs copied
     /// out; and how many of those the worker knows of.
     pub(crate) read: u64,
     told: u64,
@@ -174,7 +174,7 @@ impl Link {
         self.changed.notify_all();
     }
 
-    /// The drain thread: reads the frames of open requests while the
+    /// The drain thread: reads the messages of open requests while the
     /// instance thread does not.
     pub(crate) fn drain(&self) {
         let mut io = self.io.lock();
@@ -286,8 +286,8 @@ impl Io {
         }
     }
 
-    /// The `read` an execute frame carries: the worker may reuse the
-    /// memory of that many output frames.
+    /// The `read` an execute message carries: the worker may reuse the
+    /// memory of that many output messages.
     pub(crate) fn told_read(&mut self) -> u64 {
         self.told = self.read;
         self.holds.releasable(self.read)
@@ -307,7 +307,7 @@ impl Io {
         let _ = self.send_cancel(&ids);
     }
 
-    /// A `cancel` frame naming `ids`, unless there are none.
+    /// A `cancel` message naming `ids`, unless there are none.
     fn send_cancel(&mut self, ids: &[u64]) -> Result<(), WorkerError> {
         if ids.is_empty() {
             return Ok(());
@@ -333,7 +333,7 @@ impl Io {
         error
     }
 
-    /// A new worker: nothing it knows of the old one's frames.
+    /// A new worker: nothing it knows of the old one's messages.
     pub(crate) fn restarted(&mut self, worker: Worker) {
         self.worker = worker;
         self.read = 0;

@@ -32,7 +32,7 @@ const CHANNEL_FD: RawFd = 4;
 /// How long a worker may take to finish after `finalize` before it is killed.
 const FINALIZE_GRACE: Duration = Duration::from_secs(10);
 
-/// Interrupts a wait for the worker's frames from another thread.
+/// Interrupts a wait for the worker's messages from another thread.
 #[derive(Debug)]
 pub(crate) struct Wake {
     fd: OwnedFd,
@@ -86,7 +86,7 @@ impl WorkerError {
 pub(crate) struct Launch {
     pub(crate) python: std::path::PathBuf,
     pub(crate) sources: std::path::PathBuf,
-    /// The `initialize` frame.
+    /// The `initialize` message.
     pub(crate) initialize: Value,
     /// The model and label of the instance, and the server.
     pub(crate) side: SideContext,
