@@ -11,7 +11,7 @@ Log lines, custom metrics and model control travel on the side channel
 (README.md, "Side channel"), which the server reads at any time; a `call`
 there waits for the server's `reply`, which arrives on the main channel.
 
-Threads: the main thread runs the model; whichever thread reads frames (see
+Threads: the main thread runs the model; whichever thread reads messages (see
 inbox.py) calls `finish_bls`, `finish_call`, `cancel`, `track` and `close`;
 any model thread may start BLS calls, make calls or log. Shared state is
 guarded by one lock.
@@ -151,7 +151,7 @@ class Runtime:
         self.send_outputs(RESPONSES, messages.batch_error(message), [])
 
     def release_responses(self, read=None):
-        """Free the Blocks of the output frames the server has read: the
+        """Free the Blocks of the output messages the server has read: the
         first `read` of them, or all sent so far (None)."""
         blocks = []
         with self._unreleased_lock:
