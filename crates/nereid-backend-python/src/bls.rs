@@ -14,8 +14,9 @@ use nereid_core::{
 };
 use parking_lot::Mutex;
 
+use crate::codes::number_of_kind;
 use crate::frame::ToWorker;
-use crate::message::{self, BLS_RESPONSE, BlsCall, Out, number_of_kind};
+use crate::message::{self, BLS_RESPONSE, BlsCall, Body, Out};
 use crate::service::Service;
 use crate::shm::{Arena, WorkerFiles};
 
@@ -138,9 +139,8 @@ impl Bls {
     fn answer(&self, tag: u64, answers: Vec<Result<InferResponse, Error>>) -> Vec<u8> {
         let mut arena = self.answers.lock();
         arena.unreleased += 1;
-        let mut files: Vec<std::path::PathBuf> = Vec::new();
-        let mut body = Out::default();
-        body.len(answers.len());
+        let mut body = Body::default();
+        body.out.len(answers.len());
         for answer in answers {
             let placed = answer.and_then(|response| {
                 let placed: Result<Vec<_>, std::io::Error> = response
@@ -158,24 +158,19 @@ impl Bls {
             });
             match placed {
                 Ok((parameters, outputs)) => {
-                    body.u8(0).parameters(&parameters).len(outputs.len());
+                    body.out.u8(0).parameters(&parameters).len(outputs.len());
                     for (t, region) in outputs {
-                        let file = file_index(&mut files, &region.path);
-                        body.tensor(&t.name, t.datatype, &t.shape, file, &region);
+                        body.tensor(&t.name, t.datatype, &t.shape, &region);
                     }
                 }
                 Err(e) => {
-                    body.u8(1).str(e.message()).u8(number_of_kind(e.kind()));
+                    body.out.u8(1).str(e.message()).u8(number_of_kind(e.kind()));
                 }
             }
         }
-        let mut message = Out::default();
-        message.u64(tag).len(files.len());
-        for path in &files {
-            message.str(&path.to_string_lossy());
-        }
-        message.0.extend_from_slice(&body.0);
-        message.0
+        let mut head = Out::default();
+        head.u64(tag);
+        body.finish(head)
     }
 
     /// The server request a `bls` message describes, its inputs read out
@@ -221,15 +216,6 @@ impl Bls {
             trace: None,
         })
     }
-}
-
-/// `path`'s index in a message's file table, added when new.
-fn file_index(files: &mut Vec<std::path::PathBuf>, path: &std::path::Path) -> u32 {
-    let index = files.iter().position(|f| f == path).unwrap_or_else(|| {
-        files.push(path.to_path_buf());
-        files.len() - 1
-    });
-    index as u32
 }
 
 /// A BLS request's routing facts: its version (a number, or a label for

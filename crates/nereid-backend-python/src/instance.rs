@@ -17,7 +17,7 @@ use parking_lot::MutexGuard;
 
 use crate::bls::Bls;
 use crate::link::{CANCEL_POLL, Io, Link};
-use crate::message::{self, BadMessage, EXECUTE, Out, Slot};
+use crate::message::{self, BadMessage, Body, EXECUTE, Out, Slot};
 use crate::open::Lease;
 use crate::service::Service;
 use crate::shm::Arena;
@@ -133,54 +133,46 @@ impl PythonInstance {
     ) -> Result<(Vec<u8>, Lease), BackendError> {
         let index = self.free_arena()?;
         self.arenas[index].0.reset();
-        let mut files = Vec::new();
-        let mut body = Out::default();
+        let mut body = Body::default();
+        body.out.len(requests.len());
         for r in requests {
             self.next_id += 1;
-            self.request_entry(index, r, self.next_id, &mut files, &mut body)?;
+            self.request_entry(index, r, self.next_id, &mut body)?;
         }
-        let mut message = Out::default();
-        message.u64(read).len(files.len());
-        for path in &files {
-            message.str(&path.to_string_lossy());
-        }
-        message.len(requests.len());
-        message.0.extend_from_slice(&body.0);
+        let mut head = Out::default();
+        head.u64(read);
         let lease = Arc::clone(&self.arenas[index].1);
-        Ok((message.0, lease))
+        Ok((body.finish(head), lease))
     }
 
     /// One request of an `execute` message (`python/README.md` has the
-    /// layout), its inputs placed in arena `arena`, whose files are
-    /// numbered in `files`.
+    /// layout), its inputs placed in arena `arena`.
     fn request_entry(
         &mut self,
         arena: usize,
         r: &BatchRequest<'_>,
         id: u64,
-        files: &mut Vec<std::path::PathBuf>,
-        out: &mut Out,
+        body: &mut Body,
     ) -> Result<(), BackendError> {
         let request = r.request;
-        out.u64(id).str(&request.id);
-        match &request.routing.sequence.id {
-            nereid_core::CorrelationId::Int(v) => out.u8(0).u64(*v),
-            nereid_core::CorrelationId::Str(v) => out.u8(1).str(v),
-        };
         // The request's timeout in microseconds, 0 for none, as Triton's
         // `timeout()` gives it.
         let timeout = request
             .routing
             .timeout
             .map_or(0, |t| u64::try_from(t.as_micros()).unwrap_or(u64::MAX));
-        out.u32(request.routing.sequence.flags())
+        body.out
+            .u64(id)
+            .str(&request.id)
+            .correlation_id(&request.routing.sequence.id)
+            .u32(request.routing.sequence.flags())
             .u64(timeout)
             .parameters(&request.parameters)
             .len(r.outputs.len());
         for name in r.outputs {
-            out.str(name);
+            body.out.str(name);
         }
-        out.len(request.inputs.len());
+        body.out.len(request.inputs.len());
         for input in &request.inputs {
             let region = self.arenas[arena].0.push(&input.data).map_err(|e| {
                 self.fail(format_args!(
@@ -188,20 +180,7 @@ impl PythonInstance {
                     input.name
                 ))
             })?;
-            let file = match files.iter().position(|f| *f == region.path) {
-                Some(i) => i,
-                None => {
-                    files.push(region.path.clone());
-                    files.len() - 1
-                }
-            };
-            out.tensor(
-                &input.name,
-                input.datatype,
-                &input.shape,
-                file as u32,
-                &region,
-            );
+            body.tensor(&input.name, input.datatype, &input.shape, &region);
         }
         Ok(())
     }

@@ -30,6 +30,7 @@
 mod backend;
 mod bls;
 mod channel;
+mod codes;
 mod environment;
 mod frame;
 mod instance;

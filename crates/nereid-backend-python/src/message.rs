@@ -4,8 +4,9 @@
 //! `u32` length and UTF-8, lists as a `u32` count and their items. Every
 //! other message is JSON text in a record of kind [`JSON`].
 
-use nereid_core::{BackendError, DataType, Error, ErrorKind, Parameter, Parameters};
+use nereid_core::{BackendError, CorrelationId, DataType, Error, Parameter, Parameters};
 
+use crate::codes::{kind_of, number_to_code, type_number, type_of_number};
 use crate::shm::Region;
 
 /// Record kinds.
@@ -49,6 +50,14 @@ impl Out {
         self
     }
 
+    /// A correlation ID: `u8 0, u64` or `u8 1, str`.
+    pub(crate) fn correlation_id(&mut self, id: &CorrelationId) -> &mut Self {
+        match id {
+            CorrelationId::Int(v) => self.u8(0).u64(*v),
+            CorrelationId::Str(v) => self.u8(1).str(v),
+        }
+    }
+
     /// Parameters: a count, then each key, a type tag (0 bool, 1 int64,
     /// 2 uint64, 3 double, 4 string) and its value.
     pub(crate) fn parameters(&mut self, parameters: &Parameters) -> &mut Self {
@@ -83,6 +92,44 @@ impl Out {
         self.u32(file)
             .u64(region.offset as u64)
             .u64(region.size as u64)
+    }
+}
+
+/// The part of a message after its file table, and that table: each
+/// tensor written names its file by index, the file added when new.
+#[derive(Debug, Default)]
+pub(crate) struct Body {
+    files: Vec<std::path::PathBuf>,
+    pub(crate) out: Out,
+}
+
+impl Body {
+    /// A tensor whose bytes lie at `region` (see [`Out::tensor`]).
+    pub(crate) fn tensor(
+        &mut self,
+        name: &str,
+        datatype: DataType,
+        shape: &[i64],
+        region: &Region,
+    ) {
+        let file = match self.files.iter().position(|f| *f == region.path) {
+            Some(i) => i,
+            None => {
+                self.files.push(region.path.clone());
+                self.files.len() - 1
+            }
+        };
+        self.out.tensor(name, datatype, shape, file as u32, region);
+    }
+
+    /// The message: `head`, the file table, then the body.
+    pub(crate) fn finish(self, mut head: Out) -> Vec<u8> {
+        head.len(self.files.len());
+        for path in &self.files {
+            head.str(&path.to_string_lossy());
+        }
+        head.0.extend_from_slice(&self.out.0);
+        head.0
     }
 }
 
@@ -145,6 +192,14 @@ impl<'a> In<'a> {
             )));
         }
         Ok(n)
+    }
+
+    /// A correlation ID as [`Out::correlation_id`] writes it.
+    pub(crate) fn correlation_id(&mut self) -> Result<CorrelationId, BadMessage> {
+        Ok(match self.u8()? {
+            0 => CorrelationId::Int(self.u64()?),
+            _ => CorrelationId::Str(self.str()?.to_owned()),
+        })
     }
 
     pub(crate) fn str(&mut self) -> Result<&'a str, BadMessage> {
@@ -216,55 +271,8 @@ impl<'a> In<'a> {
     pub(crate) fn error(&mut self) -> Result<Error, BadMessage> {
         let message = self.str()?;
         let code = self.u8()?;
-        Ok(Error::new(kind_of(code_of_number(code)), message))
+        Ok(Error::new(kind_of(number_to_code(code)), message))
     }
-}
-
-/// TritonError's codes in the order of their numbers on the wire.
-const CODES: [&str; 8] = [
-    "UNKNOWN",
-    "INTERNAL",
-    "NOT_FOUND",
-    "INVALID_ARG",
-    "UNAVAILABLE",
-    "UNSUPPORTED",
-    "ALREADY_EXISTS",
-    "CANCELLED",
-];
-
-fn code_of_number(n: u8) -> &'static str {
-    CODES.get(n as usize).copied().unwrap_or("INTERNAL")
-}
-
-/// An error kind's number on the wire.
-pub(crate) fn number_of_kind(kind: ErrorKind) -> u8 {
-    let name = code_name(kind);
-    CODES.iter().position(|&c| c == name).unwrap_or(1) as u8
-}
-
-/// TRITONSERVER_DataType's number for a type.
-pub(crate) fn type_number(datatype: DataType) -> u8 {
-    use DataType as D;
-    match datatype {
-        D::Bool => 1,
-        D::Uint8 => 2,
-        D::Uint16 => 3,
-        D::Uint32 => 4,
-        D::Uint64 => 5,
-        D::Int8 => 6,
-        D::Int16 => 7,
-        D::Int32 => 8,
-        D::Int64 => 9,
-        D::Fp16 => 10,
-        D::Fp32 => 11,
-        D::Fp64 => 12,
-        D::Bytes => 13,
-        D::Bf16 => 14,
-    }
-}
-
-fn type_of_number(n: u8) -> Option<DataType> {
-    DataType::ALL.into_iter().find(|&d| type_number(d) == n)
 }
 
 /// A response the worker sent: its outputs' descriptors, or its error.
@@ -336,7 +344,7 @@ pub(crate) struct BlsCall {
     /// A number (negative: the server's choice), or a label.
     pub(crate) version: Result<i64, String>,
     pub(crate) request_id: String,
-    pub(crate) correlation_id: nereid_core::CorrelationId,
+    pub(crate) correlation_id: CorrelationId,
     pub(crate) flags: u32,
     pub(crate) timeout_us: u64,
     pub(crate) parameters: Parameters,
@@ -360,10 +368,7 @@ pub(crate) fn bls_call(payload: &[u8]) -> Result<BlsCall, BadMessage> {
         _ => Err(r.str()?.to_owned()),
     };
     let request_id = r.str()?.to_owned();
-    let correlation_id = match r.u8()? {
-        0 => nereid_core::CorrelationId::Int(r.u64()?),
-        _ => nereid_core::CorrelationId::Str(r.str()?.to_owned()),
-    };
+    let correlation_id = r.correlation_id()?;
     let flags = r.u32()?;
     let timeout_us = r.u64()?;
     let parameters = r.parameters()?;
@@ -393,34 +398,6 @@ fn finished(r: &In<'_>) -> Result<(), BadMessage> {
     match r.is_done() {
         true => Ok(()),
         false => Err(BadMessage("it has bytes past its end".into())),
-    }
-}
-
-/// The error kind of a TritonError code name (INTERNAL for unknown ones).
-pub(crate) fn kind_of(code: &str) -> ErrorKind {
-    use ErrorKind as K;
-    match code {
-        "INVALID_ARG" => K::InvalidArgument,
-        "NOT_FOUND" => K::NotFound,
-        "UNAVAILABLE" => K::Unavailable,
-        "UNSUPPORTED" => K::Unsupported,
-        "ALREADY_EXISTS" => K::AlreadyExists,
-        "CANCELLED" => K::Cancelled,
-        _ => K::Internal,
-    }
-}
-
-/// TritonError's code name for an error kind.
-pub(crate) fn code_name(kind: ErrorKind) -> &'static str {
-    use ErrorKind as K;
-    match kind {
-        K::InvalidArgument => "INVALID_ARG",
-        K::NotFound => "NOT_FOUND",
-        K::Unavailable => "UNAVAILABLE",
-        K::Unsupported => "UNSUPPORTED",
-        K::AlreadyExists => "ALREADY_EXISTS",
-        K::Cancelled => "CANCELLED",
-        K::Internal => "INTERNAL",
     }
 }
 
@@ -483,15 +460,5 @@ mod tests {
         let mut past_end = whole;
         past_end.push(0);
         assert!(responses(&past_end).is_err());
-    }
-
-    #[test]
-    fn type_numbers_are_tritons() {
-        assert_eq!(type_number(DataType::Fp32), 11);
-        assert_eq!(type_number(DataType::Bf16), 14);
-        for d in DataType::ALL {
-            assert_eq!(type_of_number(type_number(d)), Some(d));
-        }
-        assert_eq!(kind_of(code_of_number(2)), ErrorKind::NotFound);
     }
 }

@@ -316,7 +316,7 @@ fn reply(stdin: &ToWorker, tag: &Value, answer: Result<Value, Error>) {
         Ok(Value::Object(fields)) => fields,
         Ok(_) => Map::new(),
         Err(e) => {
-            let code = crate::message::code_name(e.kind());
+            let code = crate::codes::code_name(e.kind());
             let mut fields = Map::new();
             fields.insert(
                 "error".into(),
