@@ -318,20 +318,14 @@ class Worker:
                 for request in requests:
                     request._closed = True
                 text = str(error) if isinstance(error, ContractError) else triton_error_text(error)
-                self.runtime.send_batch_error(
-                    f"Failed to process the request(s) for model '{self.instance_name}', "
-                    f"message: {text}"
-                )
+                self.runtime.send_batch_error(self.failure(text))
             else:
                 try:
                     self.runtime.send_outputs(RESPONSES, answer, blocks)
                 except ProtocolError as error:
                     # Too large for the channel (parameters or error texts
                     # of many megabytes): the batch fails saying so.
-                    self.runtime.send_batch_error(
-                        f"Failed to process the request(s) for model '{self.instance_name}', "
-                        f"message: {error}"
-                    )
+                    self.runtime.send_batch_error(self.failure(error))
         finally:
             # Requests still open (a decoupled model's) are closed by their
             # final flag; the others are done.
@@ -426,11 +420,15 @@ class Worker:
             raise
         return encoder.message(b"\0"), blocks
 
+    def failure(self, text):
+        """A failed batch's message, as Triton's stub words it."""
+        return f"Failed to process the request(s) for model '{self.instance_name}', message: {text}"
+
     def fail_stream(self, requests, error):
         """A decoupled model's background `async def execute` raised: each
         request still open gets the error as its last response."""
         text = triton_error_text(error)
-        message = f"Failed to process the request(s) for model '{self.instance_name}', message: {text}"
+        message = self.failure(text)
         self.runtime.log("error", message, __file__, 0)
         response = InferenceResponse(error=TritonError(message, TritonError.INTERNAL))
         for request in requests:

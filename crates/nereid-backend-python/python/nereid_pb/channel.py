@@ -178,11 +178,7 @@ class ChannelWriter:
 
     def send(self, message):
         """Send a JSON message (a dict)."""
-        self.send_json(to_json(message))
-
-    def send_json(self, text):
-        """Send a JSON message already encoded as text."""
-        payload = text.encode("utf-8")
+        payload = to_json(message).encode("utf-8")
         with self._lock:
             self._send(JSON, payload)
 

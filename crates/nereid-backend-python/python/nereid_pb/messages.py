@@ -164,19 +164,9 @@ def bls_head(tag, decoupled, request):
     parts = head.parts
     parts.append(_U64.pack(tag) + _U8.pack(1 if decoupled else 0))
     head.str(request._model_name)
-    version = request._model_version
-    if isinstance(version, str):
-        parts.append(b"\1")
-        head.str(version)
-    else:
-        parts.append(b"\0" + _I64.pack(version))
+    head.number_or_str(request._model_version, _I64)
     head.str(request._request_id)
-    correlation_id = request._correlation_id
-    if isinstance(correlation_id, str):
-        parts.append(b"\1")
-        head.str(correlation_id)
-    else:
-        parts.append(b"\0" + _U64.pack(correlation_id))
+    head.number_or_str(request._correlation_id, _U64)
     parts.append(_FLAGS_TIMEOUT.pack(request._flags, request._timeout))
     head.parameters(request._parameters)
     names = sorted(request._requested_output_names)
@@ -211,6 +201,15 @@ class Encoder:
         data = text.encode("utf-8")
         self.parts.append(_U32.pack(len(data)))
         self.parts.append(data)
+
+    def number_or_str(self, value, layout):
+        """`u8 1, str` for a string, else `u8 0` and the number in `layout`
+        (a version, a correlation ID)."""
+        if isinstance(value, str):
+            self.parts.append(b"\1")
+            self.str(value)
+        else:
+            self.parts.append(b"\0" + layout.pack(value))
 
     def error(self, message, code):
         self.str(message)

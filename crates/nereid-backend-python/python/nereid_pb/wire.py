@@ -80,11 +80,7 @@ class FrameWriter:
 
     def send(self, message):
         """Send a message (a dict)."""
-        self.send_json(_ENCODER.encode(message))
-
-    def send_json(self, text):
-        """Send a message already encoded as JSON text."""
-        data = self._frame(text)
+        data = self._frame(_ENCODER.encode(message))
         with self._lock:
             self._write(data)
 

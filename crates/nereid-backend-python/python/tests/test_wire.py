@@ -191,7 +191,7 @@ def test_frame_writer_writes_whole_side_frames():
     read_fd, write_fd = os.pipe()
     writer = FrameWriter(write_fd)
     writer.send({"op": "log", "message": "h\u00e9"})
-    writer.send_json('{"op":"x"}')
+    writer.send({"op": "x"})
     os.close(write_fd)
     data = os.read(read_fd, 1 << 16)
     os.close(read_fd)
