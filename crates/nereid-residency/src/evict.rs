@@ -275,16 +275,22 @@ mod tests {
         assert!(least_recent(&all, Place::Gpu(1), None).is_none());
     }
 
-    #[test]
-    fn room_is_made_oldest_first_and_only_as_much_as_needed() {
-        let fake = Fake::with(
+    /// "a", "b" and "c", 40 bytes each, "a" the least recently used, over
+    /// 20 bytes of the server's own.
+    fn three_of_40() -> Arc<Fake> {
+        Fake::with(
             vec![
                 resident("a", 30, 40),
                 resident("b", 20, 40),
                 resident("c", 10, 40),
             ],
             20,
-        );
+        )
+    }
+
+    #[test]
+    fn room_is_made_oldest_first_and_only_as_much_as_needed() {
+        let fake = three_of_40();
         // Room for `need` more bytes under a budget of 160, for "new".
         let room = |need| {
             make_room(
@@ -369,14 +375,7 @@ mod tests {
 
     #[test]
     fn memory_on_its_way_out_counts_as_free_without_waiting() {
-        let fake = Fake::with(
-            vec![
-                resident("a", 30, 40),
-                resident("b", 20, 40),
-                resident("c", 10, 40),
-            ],
-            20,
-        );
+        let fake = three_of_40();
         let returned = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let lagging = Lagging(Arc::clone(&fake), Arc::clone(&returned));
         let releasing = Releasing::default();

@@ -186,25 +186,36 @@ impl Residency {
             let Some(limit) = self.options.budget.limit(place) else {
                 continue;
             };
-            let outcome = evict::make_room(
-                models,
-                &*self.meter,
-                &self.releasing,
-                place,
-                limit,
-                need,
-                Some(model),
-            );
-            let (evicted, error) = match outcome {
-                Ok(evicted) => (evicted, None),
-                Err((evicted, error)) => (evicted, Some(error)),
-            };
-            self.counters.evicted(&evicted.models);
-            if let Some(error) = error {
-                return Err(error);
-            }
+            self.evict_at(models, place, limit, need, Some(model))?;
         }
         Ok(())
+    }
+
+    /// Evicts at `place` until `need` fits under `limit`, sparing
+    /// `spare`, and counts what went (also when that was not enough).
+    fn evict_at(
+        &self,
+        models: &dyn Models,
+        place: Place,
+        limit: u64,
+        need: Need,
+        spare: Option<&str>,
+    ) -> Result<(), Error> {
+        let outcome = evict::make_room(
+            models,
+            &*self.meter,
+            &self.releasing,
+            place,
+            limit,
+            need,
+            spare,
+        );
+        let (evicted, error) = match outcome {
+            Ok(evicted) => (evicted, None),
+            Err((evicted, error)) => (evicted, Some(error)),
+        };
+        self.counters.evicted(&evicted.models);
+        error.map_or(Ok(()), Err)
     }
 
     /// Brings the memory in use back under every budget, once models have
@@ -215,21 +226,8 @@ impl Residency {
     pub fn enforce(&self, models: &dyn Models, loaded: Option<&str>) {
         let _one = self.evicting.lock();
         for (place, limit) in self.options.budget.places() {
-            let outcome = evict::make_room(
-                models,
-                &*self.meter,
-                &self.releasing,
-                place,
-                limit,
-                Need::exactly(0),
-                loaded,
-            );
-            match outcome {
-                Ok(evicted) => self.counters.evicted(&evicted.models),
-                Err((evicted, error)) => {
-                    self.counters.evicted(&evicted.models);
-                    tracing::warn!(%place, error = %error.message(), "over the memory budget");
-                }
+            if let Err(error) = self.evict_at(models, place, limit, Need::exactly(0), loaded) {
+                tracing::warn!(%place, error = %error.message(), "over the memory budget");
             }
         }
     }
