@@ -193,14 +193,18 @@ impl Link {
             let next = io.worker.next_or_woken(CANCEL_POLL, Some(&self.wake));
             self.polling.store(false, SeqCst);
             let open = io.open.len();
-            match next {
+            let handled = match next {
                 Ok(Some(message)) => io.drained(message),
-                Ok(None) => io.release(1),
-                Err(e) => {
-                    let error = io.lost(&e);
-                    tracing::error!(worker = %io.label, error = %error, "the Python worker died with requests open");
-                    self.deaths.lock().push(Instant::now());
+                Ok(None) => {
+                    io.release(1);
+                    Ok(())
                 }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = handled {
+                let error = io.lost(&e);
+                tracing::error!(worker = %io.label, error = %error, "the Python worker died with requests open");
+                self.deaths.lock().push(Instant::now());
             }
             if let Err(e) = io.tell_cancelled(&[]) {
                 io.lost(&e);
@@ -241,25 +245,24 @@ impl Io {
     }
 
     /// A message the drain thread read.
-    fn drained(&mut self, message: Incoming) {
+    /// A worker that broke the protocol is stopped, and is the error.
+    fn drained(&mut self, message: Incoming) -> Result<(), WorkerError> {
         match message {
-            Incoming::Response(payload) => match self.response(&payload) {
-                Ok(response) => {
-                    self.pass_on(response);
-                    self.release(RELEASE_EVERY);
-                }
-                Err(e) => {
+            Incoming::Response(payload) => {
+                let response = self.response(&payload).map_err(|e| {
                     self.worker.kill();
-                    let error = self.lost(&WorkerError::Gone(e.to_string()));
-                    tracing::error!(worker = %self.label, %error, "the Python worker broke the protocol");
-                }
-            },
+                    WorkerError::Gone(e.to_string())
+                })?;
+                self.pass_on(response);
+                self.release(RELEASE_EVERY);
+            }
             Incoming::Bls(payload) => self.bls.call_on_thread(payload, self.worker.to()),
             Incoming::BlsRelease => self.bls.released(),
             other => {
                 tracing::warn!(worker = %self.label, message = ?other, "the worker sent an unexpected message between executes; dropped")
             }
         }
+        Ok(())
     }
 
     /// Passes a response on to its open request; one for a request that
