@@ -48,6 +48,7 @@ test: setup-test lint unit-test python-test perf-smoke
 
 setup:
 	scripts/setup-python.sh
+	scripts/setup-llm.sh >/dev/null
 
 setup-test: setup setup-torch setup-tensorflow
 	scripts/setup-perf-analyzer.sh

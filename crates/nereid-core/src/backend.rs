@@ -301,6 +301,14 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// A file that a model's own format carries inside itself, asked for by
+    /// the name a frontend looks for in the model's folder (a GGUF file's
+    /// chat template and special tokens as `tokenizer_config.json`); read
+    /// only when the folder has no such file. `None`, the default: none.
+    fn embedded_file(&self, _model_path: &std::path::Path, _name: &str) -> Option<Vec<u8>> {
+        None
+    }
+
     /// Whether this backend can run instances on GPUs on this machine
     /// (its runtime has CUDA). When it can and GPUs exist, a model whose
     /// config names no instance kind gets `KIND_GPU` instances, as in

@@ -40,9 +40,28 @@ pub struct LoadedVersion {
     /// The model's folder (a cloud repository's local copy), whose own
     /// files a frontend may read ([`crate::Engine::model_file`]).
     pub folder: std::path::PathBuf,
+    /// Where the files its model's format carries inside itself are read
+    /// (see `Backend::embedded_file`); `None` for an ensemble.
+    pub(crate) embedded: Option<Embedded>,
     /// What it holds, when it last ran, whether it may be evicted.
     pub(crate) footprint: Arc<crate::footprint::Footprint>,
     runner: Runner,
+}
+
+/// A loaded model file and the backend that reads what it carries.
+#[derive(Clone)]
+pub(crate) struct Embedded {
+    pub backend: Arc<dyn nereid_core::Backend>,
+    pub model_path: std::path::PathBuf,
+}
+
+impl std::fmt::Debug for Embedded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedded")
+            .field("backend", &self.backend.name())
+            .field("model_path", &self.model_path)
+            .finish()
+    }
 }
 
 impl nereid_traffic::Served for LoadedVersion {

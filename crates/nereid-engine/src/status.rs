@@ -100,7 +100,9 @@ impl Engine {
     /// The file `relative` of the folder of loaded model `name` (a cloud
     /// repository's local copy), for a frontend that reads a model's own
     /// files (the OpenAI frontend's chat template); `None` when the model
-    /// has no such file. `relative` must stay inside the folder.
+    /// has no such file. A file the folder lacks may come from inside the
+    /// model file itself (`Backend::embedded_file`). `relative` must stay
+    /// inside the folder.
     pub fn model_file(&self, name: &str, relative: &str) -> Result<Option<Vec<u8>>, Error> {
         let inside = std::path::Path::new(relative)
             .components()
@@ -110,10 +112,14 @@ impl Engine {
                 "'{relative}' is not a file inside a model's folder"
             )));
         }
-        let path = self.model(name, None)?.folder.join(relative);
+        let loaded = self.model(name, None)?;
+        let path = loaded.folder.join(relative);
         match std::fs::read(&path) {
             Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(loaded
+                .embedded
+                .as_ref()
+                .and_then(|e| e.backend.embedded_file(&e.model_path, relative))),
             Err(e) => Err(Error::internal(format!(
                 "cannot read {}: {e}",
                 path.display()

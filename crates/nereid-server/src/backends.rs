@@ -38,8 +38,9 @@ pub(crate) fn engine(
     control: ModelControl,
     settings: &BackendSettings,
 ) -> Engine {
-    let (all_backends, python) = backends(settings);
+    let (all_backends, python, llm) = backends(settings);
     let engine = Engine::with_model_control(options, control, all_backends);
+    connect_llm(llm, &engine);
     if let Some(python) = python {
         python.set_service(Arc::new(EngineService {
             engine: engine.clone(),
@@ -51,8 +52,11 @@ pub(crate) fn engine(
 
 /// Every backend, in the order the repository tries them, and the Python
 /// one again, to connect to the engine once it exists (for BLS).
-fn backends(settings: &BackendSettings) -> (Vec<Arc<dyn Backend>>, Option<Arc<PythonBackend>>) {
+fn backends(
+    settings: &BackendSettings,
+) -> (Vec<Arc<dyn Backend>>, Option<Arc<PythonBackend>>, Llm) {
     let (python, python_backend) = python(settings);
+    let (llm, llm_backend) = llm();
     (
         vec![
             onnx(settings),
@@ -60,10 +64,48 @@ fn backends(settings: &BackendSettings) -> (Vec<Arc<dyn Backend>>, Option<Arc<Py
             python,
             tensorflow(settings),
             tensorrt(),
+            llm,
         ],
         python_backend,
+        llm_backend,
     )
 }
+
+#[cfg(feature = "llm")]
+type Llm = Option<Arc<nereid_backend_llm::LlmBackend>>;
+#[cfg(not(feature = "llm"))]
+type Llm = Option<std::convert::Infallible>;
+
+/// GGUF language models; their metrics join the server's custom families
+/// once the engine exists.
+#[cfg(feature = "llm")]
+fn llm() -> (Arc<dyn Backend>, Llm) {
+    let llm = Arc::new(nereid_backend_llm::LlmBackend::new());
+    (Arc::clone(&llm) as Arc<dyn Backend>, Some(llm))
+}
+
+#[cfg(not(feature = "llm"))]
+fn llm() -> (Arc<dyn Backend>, Llm) {
+    let unavailable = Unavailable {
+        name: "llamacpp",
+        platform: "",
+        default_model_filename: "model.gguf",
+        reason: "this nereid is built without GGUF language models; build it with the `llm` \
+                 feature (on by default; scripts/setup-llm.sh installs what it needs)"
+            .to_owned(),
+    };
+    (Arc::new(unavailable), None)
+}
+
+#[cfg(feature = "llm")]
+fn connect_llm(llm: Llm, engine: &Engine) {
+    if let Some(llm) = llm {
+        llm.set_metrics(Arc::clone(engine.custom_metrics()));
+    }
+}
+
+#[cfg(not(feature = "llm"))]
+fn connect_llm(_: Llm, _: &Engine) {}
 
 /// TensorRT engines (`model.plan`) need libnvinfer, which no package
 /// registry reachable from here serves; its models are UNAVAILABLE with

@@ -36,6 +36,10 @@ impl LoadedVersion {
         let warmup = warmup::samples(&config, model_dir)?;
         let sequence = SequenceSetup::from_config(&config, model_dir)?.map(Arc::new);
         let sources = instance_sources(&config, version, &model_path)?;
+        let embedded = Some(crate::model::Embedded {
+            backend: Arc::clone(backend),
+            model_path: model_path.clone(),
+        });
         let instances = sources.len();
         // One queue every instance reads, or one each (sequence slots).
         let (senders, receivers): (Vec<_>, Vec<_>) = if plan.queue_per_instance() {
@@ -81,6 +85,7 @@ impl LoadedVersion {
             labels,
             cache: None,
             folder,
+            embedded,
             footprint,
             runner: Runner::Instances {
                 scheduler,
@@ -110,6 +115,7 @@ impl LoadedVersion {
             labels,
             cache: None,
             folder,
+            embedded: None,
             footprint: Default::default(),
             runner: Runner::Ensemble {
                 pipeline,

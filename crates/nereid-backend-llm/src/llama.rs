@@ -1,0 +1,139 @@
+//! llama.cpp, as this backend uses it: the process-wide backend, its log
+//! (to tracing, keeping the last error of the calling thread so a failed
+//! load can say why), loading a model, and making its context.
+
+use std::cell::RefCell;
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::OnceLock;
+
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::model::params::LlamaModelParams;
+use nereid_core::BackendError;
+
+use crate::gguf::Gguf;
+use crate::settings::Settings;
+
+/// The most tokens llama.cpp computes in one pass. Its CPU flash attention
+/// takes another kernel, whose sums run in another order, for passes of 64
+/// query rows or more; below that every row is computed the same way
+/// whatever else is in the batch, so a sequence's tokens do not depend on
+/// which others run beside it (greedy decoding batched equals alone).
+const UBATCH_ROWS: u32 = 63;
+
+/// Cells the scratch slot may use.
+const CACHE_GRANULE: usize = 256;
+
+thread_local! {
+    /// The last error llama.cpp logged on this thread.
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// llama.cpp's backend, initialized once per process.
+pub fn backend() -> Result<&'static LlamaBackend, BackendError> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            route_logs();
+            LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| BackendError::Runtime(format!("llama.cpp failed to start: {e}")))
+}
+
+/// Loads the GGUF model at `path` (whose metadata is `gguf`) for `model`.
+pub fn load(model: &str, path: &Path, gguf: &Gguf) -> Result<LlamaModel, BackendError> {
+    let backend = backend()?;
+    LAST_ERROR.with(|e| e.borrow_mut().clear());
+    let loaded = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default());
+    let architecture = gguf.architecture().unwrap_or("unknown");
+    let loaded = loaded.map_err(|_| {
+        let why = LAST_ERROR.with(|e| e.borrow().trim().to_owned());
+        BackendError::Load(format!(
+            "model '{model}': llama.cpp cannot load {} (architecture '{architecture}'): {}",
+            path.display(),
+            if why.is_empty() {
+                "no reason given"
+            } else {
+                &why
+            }
+        ))
+    })?;
+    if loaded.is_recurrent() || loaded.is_hybrid() {
+        return Err(BackendError::Unsupported(format!(
+            "model '{model}': architecture '{architecture}' keeps a recurrent state, which the \
+             llamacpp backend's paged KV cache does not serve; it serves attention-only models \
+             (llama, mistral, qwen2, ...)"
+        )));
+    }
+    Ok(loaded)
+}
+
+/// The context (KV cache and compute buffers) for `settings`.
+pub fn context<'m>(
+    model: &'m LlamaModel,
+    settings: &Settings,
+) -> Result<LlamaContext<'m>, BackendError> {
+    // One more granule of cells and one more sequence id: the scratch
+    // slot's (see `SCRATCH`).
+    let cells = u32::try_from(settings.kv_cache_tokens + CACHE_GRANULE).unwrap_or(u32::MAX);
+    let batch = u32::try_from(settings.tokens_per_step).unwrap_or(u32::MAX);
+    let threads = i32::try_from(settings.threads).unwrap_or(1);
+    let sequences = u32::try_from(settings.slots() + 1).unwrap_or(1);
+    let params = LlamaContextParams::default()
+        .with_n_ctx(NonZeroU32::new(cells))
+        .with_n_batch(batch)
+        .with_n_ubatch(batch.min(UBATCH_ROWS))
+        .with_n_seq_max(sequences)
+        .with_kv_unified(true)
+        .with_n_threads(threads)
+        .with_n_threads_batch(threads)
+        .with_flash_attention_policy(llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED);
+    LAST_ERROR.with(|e| e.borrow_mut().clear());
+    model.new_context(backend()?, params).map_err(|e| {
+        let why = LAST_ERROR.with(|e| e.borrow().trim().to_owned());
+        BackendError::Load(format!("llama.cpp cannot make a context: {e} {why}"))
+    })
+}
+
+#[expect(
+    unsafe_code,
+    reason = "installs llama.cpp's log callback, which has no safe wrapper"
+)]
+fn route_logs() {
+    // SAFETY: `log` has the signature ggml's callback type declares and
+    // reads only what llama.cpp passes it; no user data is given.
+    unsafe {
+        llama_cpp_sys_2::llama_log_set(Some(log), std::ptr::null_mut());
+    }
+}
+
+#[expect(
+    unsafe_code,
+    reason = "a C callback reading the C string llama.cpp passes"
+)]
+unsafe extern "C" fn log(
+    level: llama_cpp_sys_2::ggml_log_level,
+    text: *const std::os::raw::c_char,
+    _: *mut std::os::raw::c_void,
+) {
+    if text.is_null() {
+        return;
+    }
+    // SAFETY: llama.cpp passes a NUL-terminated string that lives for
+    // the duration of the call.
+    let text = unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy();
+    let line = text.trim_end();
+    match level {
+        llama_cpp_sys_2::GGML_LOG_LEVEL_ERROR => {
+            LAST_ERROR.with(|e| *e.borrow_mut() = line.to_owned());
+            tracing::error!(target: "llama.cpp", "{line}");
+        }
+        llama_cpp_sys_2::GGML_LOG_LEVEL_WARN => tracing::warn!(target: "llama.cpp", "{line}"),
+        _ if !line.is_empty() => tracing::debug!(target: "llama.cpp", "{line}"),
+        _ => {}
+    }
+}
