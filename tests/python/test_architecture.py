@@ -53,6 +53,7 @@ RULES = {
     BACKEND: never("nereid-engine", "nereid-protocol", "nereid-scheduler", "nereid-ensemble", *FRONTENDS, "nereid-server", why="a backend runs one model on core tensors; the engine calls it"),
     "nereid-cache": never("nereid-engine", "nereid-protocol", *FRONTENDS, BACKEND, "nereid-server", why="a service the engine uses, not one that uses it"),
     "nereid-traffic": never("nereid-engine", "nereid-protocol", *FRONTENDS, BACKEND, "nereid-server", why="a service the engine uses, not one that uses it"),
+    "nereid-generation": only(why="schedules generation for a language-model backend, tested without a model or any other crate"),
     "nereid-residency": only("nereid-core", why="decides which models stay loaded; the engine's models come in through its traits"),
     "nereid-engine": never("nereid-protocol", *FRONTENDS, "nereid-edge", "nereid-trace", "nereid-server", BACKEND, why="serves core requests; backends come in as trait objects from nereid-server"),
     "nereid-trace": never("nereid-engine", *FRONTENDS, "nereid-server", BACKEND, "nereid-scheduler", "nereid-repository", why="request tracing for the frontends; it knows no engine or model store"),

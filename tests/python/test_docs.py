@@ -67,6 +67,10 @@ WAYS: dict[tuple[str, str], RunBy | NotHere] = {
     ("README.md", 'make run ARGS="--openai-port'): here("test_the_readme_openai_example_runs_as_written"),
     ("README.md", "curl -s localhost:9000/v1/completions"): here("test_the_readme_openai_example_runs_as_written"),
     ("README.md", "curl -sN localhost:9000/v1/chat"): here("test_the_readme_openai_example_runs_as_written"),
+    ("README.md", "curl -s localhost:9000/v1/chat/completions"):
+        here("test_the_readme_openai_example_runs_as_written"),
+    ("README.md", "curl -s localhost:8000/v2/models/smollm2/generate"):
+        here("test_the_readme_openai_example_runs_as_written"),
     ("README.md", "make run TORCH=1   #"): here("test_the_readme_torchscript_commands_run_as_written"),
     ("README.md", "export LIBTORCH="): here("test_the_readme_torchscript_commands_run_as_written"),
     ("README.md", "cargo build --release --bin nereid --features nereid-server/torch"):
@@ -225,6 +229,12 @@ def test_the_readme_openai_example_runs_as_written(tmp_path):
         assert stream.strip().endswith("data: [DONE]") and stream.count("data: ") > 2, stream
         printed = python_block(shell, block_after("README.md", "python", 'make run ARGS="--openai-port'))
         assert printed.strip()
+        chat = json.loads(shell.ok(find("README.md", "curl -s localhost:9000/v1/chat/completions")))
+        assert chat["choices"][0]["message"]["content"].strip()
+        generated = json.loads(shell.ok(find("README.md", "curl -s localhost:8000/v2/models/smollm2")))
+        assert generated["text_output"].startswith("The capital of France is "), generated
+        printed = python_block(shell, block_after("README.md", "python", "## Language models"))
+        assert len(printed.strip().splitlines()) >= 2 and "Once upon a time" in printed, printed
     finally:
         server.stop()
 

@@ -241,11 +241,12 @@ def test_the_openai_client_chats_and_completes(llm):
         model="lm", messages=[{"role": "user", "content": "What is the capital of France?"}],
         max_tokens=20, temperature=0,
     )
-    assert chat.choices[0].message.content.strip()
-    assert chat.usage.completion_tokens <= 20 and chat.usage.prompt_tokens > 10
-    # The GGUF file's own template made the prompt: its system line and
-    # turn markers are in the token count.
-    assert chat.usage.prompt_tokens == 37
+    # What llama.cpp's own server answers to the same request (its
+    # llama-server, built by scripts/setup-llama-server.sh): the GGUF file's
+    # own chat template made the same 37-token prompt, and greedy decoding
+    # the same tokens.
+    assert chat.choices[0].message.content == "L'Étoile, la Marseillaise, la femme au martyre, la"
+    assert (chat.usage.prompt_tokens, chat.usage.completion_tokens) == (37, 20)
     pieces = client.chat.completions.create(
         model="lm", messages=[{"role": "user", "content": "What is the capital of France?"}],
         max_tokens=20, temperature=0, stream=True, stream_options={"include_usage": True},

@@ -9,6 +9,7 @@
 //! is tested without one. It depends on no other Nereid crate.
 
 pub mod blocks;
+mod plan;
 pub mod sampling;
 pub mod scheduler;
 pub mod text;
