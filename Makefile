@@ -116,6 +116,7 @@ bench: setup-test release
 	benches/instructions.sh
 	benches/tensorflow.sh
 	benches/many_models.sh
+	benches/llm.sh
 	@if [ -n "$$TRITON_BACKEND_DIR" ]; then benches/latency_target.sh; \
 	else echo "benches/latency_target.sh skipped: it needs TRITON_BACKEND_DIR (Triton's native ONNX Runtime backend)"; fi
 

@@ -90,7 +90,12 @@ def main():
         HEADER, *[line(r) for r in rows(results, "nereid", "tight", "mixed")],
         f"\nPreemptions: {preemptions(work / 'metrics-tight.txt')}.\n",
     ]
-    write_section(Path(out), BEGIN, END, "\n".join(parts) + "\n")
+    body = "\n".join(parts) + "\n"
+    write_section(Path(out), BEGIN, END, body)
+    # docs/llm.md carries the same tables, a level down.
+    guide = Path(out).parent / "llm.md"
+    if guide.is_file():
+        write_section(guide, BEGIN, END, body.replace("\n### ", "\n#### ").replace("## Language models\n", ""))
 
 
 if __name__ == "__main__":

@@ -49,8 +49,12 @@ pub struct LlmBackend {
     metrics: OnceLock<Arc<CustomMetrics>>,
     /// Chat templates read from GGUF files, by path and modification time
     /// (a chat request asks for its model's template every time).
-    templates: Mutex<HashMap<PathBuf, (Option<SystemTime>, Option<String>)>>,
+    templates: Mutex<HashMap<PathBuf, Template>>,
 }
+
+/// A GGUF file's `tokenizer_config.json` (`None`: the file has no chat
+/// template), as of the file's modification time.
+type Template = (Option<SystemTime>, Option<String>);
 
 impl LlmBackend {
     pub fn new() -> LlmBackend {

@@ -336,3 +336,32 @@ output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 2 ] reshape: { shape: [
     assert_eq!(response.outputs[0].shape, vec![2, 2]);
     assert_eq!(common::first_output(&response), 1);
 }
+
+#[tokio::test]
+async fn a_file_the_model_folder_lacks_may_come_from_inside_the_model_file() {
+    let root = tempfile::tempdir().unwrap();
+    write_model(
+        root.path(),
+        "carrier",
+        CONFIG,
+        "identity embeds tokenizer_config.json",
+    );
+    let (engine, _release) = engine(root.path());
+    let embedded = engine
+        .model_file("carrier", "tokenizer_config.json")
+        .unwrap();
+    assert_eq!(
+        embedded.as_deref(),
+        Some(&b"tokenizer_config.json from inside the model file"[..])
+    );
+    assert_eq!(
+        engine.model_file("carrier", "chat_template.jinja").unwrap(),
+        None
+    );
+    // The folder's own file comes first.
+    std::fs::write(root.path().join("carrier/tokenizer_config.json"), "{}").unwrap();
+    let own = engine
+        .model_file("carrier", "tokenizer_config.json")
+        .unwrap();
+    assert_eq!(own.as_deref(), Some(&b"{}"[..]));
+}

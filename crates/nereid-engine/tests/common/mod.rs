@@ -85,6 +85,12 @@ impl Backend for FakeBackend {
             outputs: vec![spec("OUTPUT0")],
         })
     }
+    /// A model file that says `embeds <name>` carries a file of that name.
+    fn embedded_file(&self, model_path: &Path, name: &str) -> Option<Vec<u8>> {
+        let text = std::fs::read_to_string(model_path).ok()?;
+        text.contains(&format!("embeds {name}"))
+            .then(|| format!("{name} from inside the model file").into_bytes())
+    }
     fn load(&self, source: &ModelSource) -> Result<Box<dyn ModelInstance>, BackendError> {
         let text = std::fs::read_to_string(&source.model_path)
             .map_err(|e| BackendError::Load(e.to_string()))?;
