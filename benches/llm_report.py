@@ -32,6 +32,13 @@ HEADER = ("| streams | generated tokens/s | first token p50 (s) | p99 (s) | "
           "time per output token p50 (ms) | failed | peak RSS (MiB) |\n|---|---|---|---|---|---|---|")
 
 
+def side_by_side(results: list[dict], workload: str) -> list[str]:
+    """Both servers' rows of a 16-stream workload, each row naming its server."""
+    return [line(r).replace("| 16 |", f"| 16 ({server}) |", 1)
+            for server in ("llama-server", "nereid")
+            for r in rows(results, server, "default", workload)]
+
+
 def hit_rate(metrics: Path) -> str:
     if not metrics.is_file():
         return "n/a"
@@ -73,19 +80,11 @@ def main():
         *[line(r) for r in rows(results, "nereid", "default", "mixed")],
         f"\nNereid's preemptions over these runs: {preemptions(work / 'metrics-default.txt')}.\n",
         "### A 500-token system prompt shared by every request (16 streams)\n", HEADER,
-    ]
-    for server in ("llama-server", "nereid"):
-        for r in rows(results, server, "default", "shared"):
-            parts.append(line(r).replace("| 16 |", f"| 16 ({server}) |", 1))
-    parts += [
+        *side_by_side(results, "shared"),
         f"\nNereid's prefix cache, over the default run's workloads: "
         f"{hit_rate(work / 'metrics-default.txt')} found in the cache.\n",
         "### A quarter of the prompts about 2,000 tokens (16 streams)\n", HEADER,
-    ]
-    for server in ("llama-server", "nereid"):
-        for r in rows(results, server, "default", "long"):
-            parts.append(line(r).replace("| 16 |", f"| 16 ({server}) |", 1))
-    parts += [
+        *side_by_side(results, "long"),
         "\n### A KV cache of a quarter of what 64 streams need (Nereid, 10,496 positions)\n",
         HEADER, *[line(r) for r in rows(results, "nereid", "tight", "mixed")],
         f"\nPreemptions: {preemptions(work / 'metrics-tight.txt')}.\n",

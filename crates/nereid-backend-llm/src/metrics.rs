@@ -30,11 +30,12 @@ pub enum Series {
     GenerationTokens,
     PrefixQueries,
     PrefixHits,
+    PrefixHitRate,
     TimeToFirstToken,
     TimePerOutputToken,
 }
 
-const FAMILIES: [(Series, &str, &str, MetricKind); 12] = [
+const FAMILIES: [(Series, &str, &str, MetricKind); 13] = [
     (
         Series::Running,
         "vllm:num_requests_running",
