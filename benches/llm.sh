@@ -4,9 +4,10 @@
 # scripts/setup-llama-server.sh from the llama.cpp that PyPI's
 # llama-cpp-python sdist vendors), on the same GGUF file
 # (SmolLM2-135M-Instruct Q4_1), the same threads, one server at a time.
-# llama-server runs as a user would start it for concurrent clients:
-# `--parallel 16 --cont-batching`, a 4096-token context split across its
-# 16 slots.
+# llama-server runs as a user would start it for 16 concurrent clients with
+# prompts of up to 1,000 tokens: `--parallel 16 --cont-batching -c 18432`,
+# its context split into 16 slots of 1,152 positions (with `-c 4096`, 256
+# a slot, most of these prompts are refused).
 #
 # Workloads (benches/llm_load.py), each request streamed with 128 tokens
 # forced at temperature 0, closed loop:
@@ -107,7 +108,7 @@ run_llama_server() {
   local port c
   port=$(free_ports 1)
   "$llama_server" -m "$gguf" --host 127.0.0.1 --port "$port" -t "$threads" -tb "$threads" \
-    -c 4096 --parallel 16 --cont-batching >"$work/llama-server.log" 2>&1 &
+    -c 18432 --parallel 16 --cont-batching >"$work/llama-server.log" 2>&1 &
   pid=$!
   wait_ready "http://127.0.0.1:$port/health"
   for c in "${concurrencies[@]}"; do

@@ -42,12 +42,12 @@ def text(rng: random.Random, words: int) -> str:
 def prompts(workload: str, count: int, seed: int = 7) -> list[str]:
     rng = random.Random(seed)
     if workload == "shared":
-        system = "System: " + text(random.Random(1), 420) + "\n"
+        system = "System: " + text(random.Random(1), 480) + "\n"
         return [system + f"Question {i}: " + text(rng, 12) + "\nAnswer:" for i in range(count)]
     if workload == "long":
-        # About 1.2 tokens a word with SmolLM2's tokenizer.
-        return [text(rng, 1650 if i % 4 == 0 else rng.randint(40, 80)) for i in range(count)]
-    return [text(rng, rng.randint(42, 830)) for _ in range(count)]
+        # About a token a word with SmolLM2's tokenizer.
+        return [text(rng, 2000 if i % 4 == 0 else rng.randint(50, 100)) for i in range(count)]
+    return [text(rng, rng.randint(50, 1000)) for _ in range(count)]
 
 
 def one(url: str, model: str, prompt: str, max_tokens: int) -> dict:

@@ -70,8 +70,8 @@ def main():
         f"`benches/llm.sh` at {commit}: SmolLM2-135M-Instruct (Q4_1 GGUF), {threads} threads on "
         f"each side, one server at a time, machine {busy}% busy before the run. Each request "
         "streams 128 tokens (forced with `ignore_eos`) at temperature 0 through "
-        "`/v1/completions`, closed loop. llama-server: `--parallel 16 --cont-batching -c 4096` "
-        "(its context split into 16 slots of 256). Nereid: `kv_cache_tokens` 24,576, "
+        "`/v1/completions`, closed loop. llama-server: `--parallel 16 --cont-batching -c 18432` "
+        "(its context split into 16 slots of 1,152 positions). Nereid: `kv_cache_tokens` 24,576, "
         "`max_sequences` 64, `tokens_per_step` 512.\n",
         "### Prompts of 50 to 1,000 tokens\n",
         "llama-server:\n", HEADER,

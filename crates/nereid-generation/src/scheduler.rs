@@ -6,11 +6,13 @@
 //! The rules, in the order a step applies them:
 //! 1. running sequences that need one token (decoding) come first, oldest
 //!    first; then running sequences still reading their prompt, a chunk
-//!    each while the budget lasts;
+//!    each (at most a quarter of the budget) while the budget lasts;
 //! 2. waiting sequences are admitted, oldest first (a preempted one goes
-//!    back to the front), while a slot, a block and budget are free; an
-//!    admitted prompt first takes, by reference, the longest run of full
-//!    blocks another sequence already computed;
+//!    back to the front), while a slot, a block and budget are free, and
+//!    only in a step that preempted nobody; an admitted prompt first takes,
+//!    by reference, the longest run of full blocks another sequence already
+//!    computed; what budget is left then goes to this step's prompt chunks,
+//!    in order;
 //! 3. when a running sequence needs a block and none is free, blocks that
 //!    only a finished sequence's cached prefix holds are given back first
 //!    (oldest first); then the newest running sequence is preempted: its
@@ -216,10 +218,55 @@ impl Scheduler {
             ..Plan::default()
         };
         let mut budget = self.limits.tokens_per_step;
+        let preemptions = self.counters.preemptions;
         self.schedule_running(&mut plan, &mut budget, true);
         self.schedule_running(&mut plan, &mut budget, false);
-        self.admit(&mut plan, &mut budget);
+        // A step that had to preempt has no room to admit (the preempted
+        // would come straight back in and go out again).
+        if self.counters.preemptions == preemptions {
+            self.admit(&mut plan, &mut budget);
+        }
+        self.extend_prompts(&mut plan, &mut budget);
         plan
+    }
+
+    /// The most prompt tokens one sequence takes in a step before the
+    /// others have had theirs: a long prompt does not hold back a short one
+    /// behind it (rule 1's chunks, and rule 2's first ones).
+    fn share(&self) -> usize {
+        (self.limits.tokens_per_step / 4).max(1)
+    }
+
+    /// Gives what is left of the budget to the prompts of this step, in
+    /// order, as far as blocks allow (cached prefixes are given back for
+    /// it; no running sequence is preempted for it).
+    fn extend_prompts(&mut self, plan: &mut Plan, budget: &mut usize) {
+        for index in 0..plan.chunks.len() {
+            let chunk = plan.chunks[index];
+            let Some(sequence) = self.sequences.get(&chunk.id) else {
+                continue;
+            };
+            let (end, total) = (chunk.start + chunk.len, sequence.tokens.len());
+            let extra = (total - end).min(*budget);
+            if chunk.logits || extra == 0 || !self.grow_evicting(chunk.slot, end + extra, plan) {
+                continue;
+            }
+            let chunk = &mut plan.chunks[index];
+            chunk.len += extra;
+            chunk.logits = chunk.start + chunk.len == total;
+            *budget -= extra;
+        }
+    }
+
+    /// Grows `slot` to `positions`, giving back cached prefixes as needed;
+    /// false when even that is not enough.
+    fn grow_evicting(&mut self, slot: Slot, positions: usize, plan: &mut Plan) -> bool {
+        while self.ledger.grow(slot, positions).is_err() {
+            if !self.evict_parked(plan) {
+                return false;
+            }
+        }
+        true
     }
 
     /// Chunks for the running sequences that decode (`decoding`) or still
@@ -240,7 +287,7 @@ impl Scheduler {
             {
                 continue;
             }
-            let (start, len) = (sequence.computed, remaining.min(*budget));
+            let (start, len) = (sequence.computed, remaining.min(*budget).min(self.share()));
             if self.reserve(id, start + len, plan, budget) {
                 self.push_chunk(plan, id, start, len);
                 *budget -= len;
@@ -366,16 +413,16 @@ impl Scheduler {
             return false;
         };
         let start = sequence.computed;
-        let len = (sequence.tokens.len() - start).min(*budget);
-        while self.ledger.grow(slot, start + len).is_err() {
-            if !self.evict_parked(plan) {
-                self.vacate(id, plan);
-                if let Some(sequence) = self.sequences.get_mut(&id) {
-                    sequence.computed = 0;
-                }
-                self.waiting.push_front(id);
-                return false;
+        let len = (sequence.tokens.len() - start)
+            .min(*budget)
+            .min(self.share());
+        if !self.grow_evicting(slot, start + len, plan) {
+            self.vacate(id, plan);
+            if let Some(sequence) = self.sequences.get_mut(&id) {
+                sequence.computed = 0;
             }
+            self.waiting.push_front(id);
+            return false;
         }
         self.push_chunk(plan, id, start, len);
         *budget -= len;

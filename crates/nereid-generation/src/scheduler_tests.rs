@@ -269,3 +269,29 @@ fn no_more_than_max_running_sequences_run_at_once() {
     run_step(&mut scheduler);
     assert_eq!((scheduler.running(), scheduler.waiting()), (2, 3));
 }
+
+#[test]
+fn a_long_prompt_does_not_hold_back_a_short_one_that_arrives_with_it() {
+    let mut scheduler = Scheduler::new(Limits {
+        tokens_per_step: 64,
+        ..limits()
+    });
+    let long = scheduler.add(prompt(0, 200)).unwrap();
+    let short = scheduler.add(prompt(1000, 10)).unwrap();
+    let plan = run_step(&mut scheduler);
+    let lens: Vec<(SeqId, usize, bool)> = plan
+        .chunks
+        .iter()
+        .map(|c| (c.id, c.len, c.logits))
+        .collect();
+    assert_eq!(
+        lens,
+        [(long, 54, false), (short, 10, true)],
+        "the long one takes what is left"
+    );
+    assert_eq!(
+        generated(&scheduler, short),
+        1,
+        "the short one answers in the first step"
+    );
+}
