@@ -97,6 +97,12 @@ const FAMILIES: [(Series, &str, &str, MetricKind); 13] = [
         MetricKind::Counter,
     ),
     (
+        Series::PrefixHitRate,
+        "llm:prefix_cache_hit_rate",
+        "Share of prompt tokens found in the prefix cache since the instance started.",
+        MetricKind::Gauge,
+    ),
+    (
         Series::TimeToFirstToken,
         "vllm:time_to_first_token_seconds",
         "Time from arrival to the first generated token.",
