@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use llama_cpp_2::context::LlamaContext;
-use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::params::{KvCacheType, LlamaContextParams};
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
@@ -17,15 +17,14 @@ use nereid_core::BackendError;
 use crate::gguf::Gguf;
 use crate::settings::Settings;
 
-/// The most tokens llama.cpp computes in one pass. Its CPU flash attention
-/// takes another kernel, whose sums run in another order, for passes of 64
-/// query rows or more; below that every row is computed the same way
-/// whatever else is in the batch, so a sequence's tokens do not depend on
-/// which others run beside it (greedy decoding batched equals alone).
-const UBATCH_ROWS: u32 = 63;
-
-/// Cells the scratch slot may use.
-const CACHE_GRANULE: usize = 256;
+/// Keys and values are kept as 8-bit blocks (Q8_0): half the memory of
+/// f16, and it keeps a sequence's tokens independent of what runs beside
+/// it. llama.cpp's CPU flash attention has kernels for f16 caches that it
+/// picks by the shape of the pass (a tiled one for passes of 64 tokens or
+/// more, one that splits the keys across threads for a pass of one token),
+/// each rounding differently; for a Q8_0 cache it has one, so greedy
+/// decoding batched gives the tokens it gives alone.
+const KV_TYPE: KvCacheType = KvCacheType::Q8_0;
 
 thread_local! {
     /// The last error llama.cpp logged on this thread.
@@ -77,16 +76,16 @@ pub fn context<'m>(
     model: &'m LlamaModel,
     settings: &Settings,
 ) -> Result<LlamaContext<'m>, BackendError> {
-    // One more granule of cells and one more sequence id: the scratch
-    // slot's (see `SCRATCH`).
-    let cells = u32::try_from(settings.kv_cache_tokens + CACHE_GRANULE).unwrap_or(u32::MAX);
+    let cells = u32::try_from(settings.kv_cache_tokens).unwrap_or(u32::MAX);
     let batch = u32::try_from(settings.tokens_per_step).unwrap_or(u32::MAX);
     let threads = i32::try_from(settings.threads).unwrap_or(1);
-    let sequences = u32::try_from(settings.slots() + 1).unwrap_or(1);
+    let sequences = u32::try_from(settings.slots()).unwrap_or(1);
     let params = LlamaContextParams::default()
         .with_n_ctx(NonZeroU32::new(cells))
         .with_n_batch(batch)
-        .with_n_ubatch(batch.min(UBATCH_ROWS))
+        .with_n_ubatch(batch)
+        .with_type_k(KV_TYPE)
+        .with_type_v(KV_TYPE)
         .with_n_seq_max(sequences)
         .with_kv_unified(true)
         .with_n_threads(threads)

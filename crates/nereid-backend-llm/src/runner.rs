@@ -67,8 +67,6 @@ struct Runner<'m> {
     live: HashMap<SeqId, Live>,
     /// End-of-generation tokens, sorted.
     eog: Vec<u32>,
-    /// A sequence id no request uses (see `fill_batch`).
-    scratch: i32,
     metrics: Option<Metrics>,
     reported: Counters,
 }
@@ -96,7 +94,6 @@ impl<'m> Runner<'m> {
             scheduler,
             live: HashMap::new(),
             eog,
-            scratch: i32::try_from(settings.slots()).unwrap_or(i32::MAX),
             metrics,
             reported: Counters::default(),
         }
@@ -192,11 +189,7 @@ impl<'m> Runner<'m> {
             Ok(logits) => logits,
             Err(e) => return self.fail_chunks(&plan, &e),
         };
-        let decoded = self.context.decode(&mut self.batch);
-        let _ = self
-            .context
-            .clear_kv_cache_seq(u32::try_from(self.scratch).ok(), None, None);
-        if let Err(e) = decoded {
+        if let Err(e) = self.context.decode(&mut self.batch) {
             return self.fail_chunks(&plan, &format!("llama.cpp could not compute the step: {e}"));
         }
         for (chunk, index) in plan.chunks.iter().zip(logits) {
@@ -253,28 +246,7 @@ impl<'m> Runner<'m> {
             }
             logits.push(chunk.logits.then(|| self.batch.n_tokens() - 1));
         }
-        if self.batch.n_tokens() == 1 {
-            self.pad_single_token(&plan.chunks[0])?;
-        }
         Ok(logits)
-    }
-
-    /// llama.cpp computes the attention of a pass of one token with another
-    /// kernel (its keys split across threads) than that of a pass of
-    /// several, and the two round differently: a sequence decoding alone
-    /// would then not give the tokens it gives beside others. So a lone
-    /// token gets a copy in the scratch sequence, whose cell is dropped
-    /// after the step; the weights are read once either way.
-    fn pad_single_token(&mut self, chunk: &nereid_generation::Chunk) -> Result<(), String> {
-        let token = self.scheduler.tokens(chunk.id)[chunk.start];
-        self.batch
-            .add(
-                LlamaToken(token as i32),
-                chunk.start as i32,
-                &[self.scratch],
-                false,
-            )
-            .map_err(|e| format!("the step does not fit llama.cpp's batch: {e}"))
     }
 
     fn fail_chunks(&mut self, plan: &Plan, reason: &str) {
