@@ -310,6 +310,9 @@ def test_broken_gguf_files_fail_to_load_with_the_reason(tmp_path):
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "config.pbtxt").write_text(f'name: "{name}"\nbackend: "llamacpp"\n')
         (repo / name / "1" / "model.gguf").write_bytes(content)
+    # Beside them, a GGUF file with no config at all: completed from the file.
+    (repo / "bare" / "1").mkdir(parents=True)
+    (repo / "bare" / "1" / "model.gguf").hardlink_to(GGUF)
     server = start_server(tmp_path, [repo], ["--exit-on-error=false", "--strict-readiness=false"])
     try:
         index = requests.post(f"{server.base}/v2/repository/index", json={}, timeout=30).json()
@@ -317,5 +320,12 @@ def test_broken_gguf_files_fail_to_load_with_the_reason(tmp_path):
         assert "is not a GGUF file" in reasons["not_gguf"], reasons
         assert "cut short or malformed" in reasons["cut"], reasons
         assert "architecture 'nonesuch'" in reasons["alien"], reasons
+        states = {m["name"]: m.get("state") for m in index}
+        assert states["bare"] == "READY", index
+        config = requests.get(f"{server.base}/v2/models/bare/config", timeout=30).json()
+        assert config["backend"] == "llamacpp"
+        assert config["model_transaction_policy"] == {"decoupled": True}
+        assert {i["name"] for i in config["input"]} >= {"text_input", "stream", "sampling_parameters"}
+        assert generate(server, "bare", "The capital of France is", 3)["text_output"].startswith(" Paris")
     finally:
         assert stop_server(server) == 0
