@@ -87,7 +87,10 @@ impl LlmInstance {
         if job.tokens.is_empty() {
             return Err(Error::invalid_argument("the prompt is empty"));
         }
-        self.check_fits(job.tokens.len())?;
+        // Refused here, before it is queued, with the scheduler's own rule.
+        self.limits
+            .admits(job.tokens.len())
+            .map_err(|refusal| Error::invalid_argument(refusal.to_string()))?;
         let inbox = self
             .inbox
             .as_ref()
@@ -116,26 +119,6 @@ impl LlmInstance {
             tokens.remove(0);
         }
         tokens
-    }
-
-    /// Refuses a prompt that leaves no room to generate in the context, or
-    /// that the whole KV cache cannot hold.
-    fn check_fits(&self, prompt: usize) -> Result<(), Error> {
-        let limits = &self.limits;
-        if prompt + 1 > limits.context_length {
-            return Err(Error::invalid_argument(format!(
-                "the prompt has {prompt} tokens, which leaves no room to generate in the model's \
-                 context of {} tokens",
-                limits.context_length
-            )));
-        }
-        let capacity = limits.total_blocks * limits.block_size;
-        if prompt + 1 > capacity {
-            return Err(Error::invalid_argument(format!(
-                "the prompt has {prompt} tokens, more than the model's KV cache holds ({capacity})"
-            )));
-        }
-        Ok(())
     }
 }
 

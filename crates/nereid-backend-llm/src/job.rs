@@ -18,6 +18,8 @@ use crate::respond::{
 /// A request to generate.
 pub struct Job {
     pub prompt: String,
+    /// The prompt's tokens, filled by the instance; the runner hands them
+    /// to the scheduler.
     pub tokens: Vec<u32>,
     pub params: SamplingParams,
     /// One response per piece of text (else one at the end).

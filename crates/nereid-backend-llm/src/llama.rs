@@ -46,11 +46,10 @@ pub fn backend() -> Result<&'static LlamaBackend, BackendError> {
 /// Loads the GGUF model at `path` (whose metadata is `gguf`) for `model`.
 pub fn load(model: &str, path: &Path, gguf: &Gguf) -> Result<LlamaModel, BackendError> {
     let backend = backend()?;
-    LAST_ERROR.with(|e| e.borrow_mut().clear());
-    let loaded = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default());
+    let (loaded, why) =
+        with_last_error(|| LlamaModel::load_from_file(backend, path, &LlamaModelParams::default()));
     let architecture = gguf.architecture().unwrap_or("unknown");
     let loaded = loaded.map_err(|_| {
-        let why = LAST_ERROR.with(|e| e.borrow().trim().to_owned());
         BackendError::Load(format!(
             "model '{model}': llama.cpp cannot load {} (architecture '{architecture}'): {}",
             path.display(),
@@ -91,11 +90,17 @@ pub fn context<'m>(
         .with_n_threads(threads)
         .with_n_threads_batch(threads)
         .with_flash_attention_policy(llama_cpp_sys_2::LLAMA_FLASH_ATTN_TYPE_ENABLED);
+    let backend = backend()?;
+    let (context, why) = with_last_error(|| model.new_context(backend, params));
+    context.map_err(|e| BackendError::Load(format!("llama.cpp cannot make a context: {e} {why}")))
+}
+
+/// Runs a llama.cpp call; its result, and the last error llama.cpp logged
+/// on this thread during it (empty when none).
+fn with_last_error<T>(call: impl FnOnce() -> T) -> (T, String) {
     LAST_ERROR.with(|e| e.borrow_mut().clear());
-    model.new_context(backend()?, params).map_err(|e| {
-        let why = LAST_ERROR.with(|e| e.borrow().trim().to_owned());
-        BackendError::Load(format!("llama.cpp cannot make a context: {e} {why}"))
-    })
+    let result = call();
+    (result, LAST_ERROR.with(|e| e.borrow().trim().to_owned()))
 }
 
 #[expect(

@@ -167,6 +167,7 @@ impl Metrics {
         Some(Metrics { registry, ids })
     }
 
+    /// `FAMILIES` lists the series in their declared order (a test checks).
     fn id(&self, series: Series) -> MetricId {
         self.ids[series as usize]
     }
@@ -190,6 +191,18 @@ impl Drop for Metrics {
     fn drop(&mut self) {
         for id in &self.ids {
             self.registry.remove_metric(*id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_series_is_listed_once_in_its_declared_place() {
+        for (index, (series, ..)) in FAMILIES.iter().enumerate() {
+            assert_eq!(*series as usize, index, "{series:?}");
         }
     }
 }

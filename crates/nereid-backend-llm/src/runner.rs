@@ -50,6 +50,8 @@ pub fn run(
 struct Live {
     job: Job,
     sampler: Sampler,
+    /// How many tokens the prompt has (the scheduler holds them).
+    prompt_tokens: usize,
     text: TextStream,
     generated: usize,
     /// Text and tokens made since the last response.
@@ -132,8 +134,12 @@ impl<'m> Runner<'m> {
         }
     }
 
-    fn admit(&mut self, job: Job) {
-        let id = match self.scheduler.add(job.tokens.clone()) {
+    fn admit(&mut self, mut job: Job) {
+        // The prompt's tokens move to the scheduler, which keeps them.
+        let tokens = std::mem::take(&mut job.tokens);
+        let sampler = Sampler::new(job.params.clone(), &tokens);
+        let prompt_tokens = tokens.len();
+        let id = match self.scheduler.add(tokens) {
             Ok(id) => id,
             Err(refusal) => {
                 let error = Error::invalid_argument(refusal.to_string());
@@ -142,10 +148,11 @@ impl<'m> Runner<'m> {
             }
         };
         if let Some(metrics) = &self.metrics {
-            metrics.add(Series::PromptTokens, job.tokens.len() as f64);
+            metrics.add(Series::PromptTokens, prompt_tokens as f64);
         }
         let live = Live {
-            sampler: Sampler::new(job.params.clone(), &job.tokens),
+            sampler,
+            prompt_tokens,
             text: TextStream::new(
                 job.params.stop.clone(),
                 job.params.include_stop_str_in_output,
@@ -400,7 +407,7 @@ fn send(live: &mut Live, last: bool, reason: Option<&str>) {
         ));
     }
     if outputs.input_tokens {
-        tensors.push(respond::count(respond::INPUT_TOKENS, live.job.tokens.len()));
+        tensors.push(respond::count(respond::INPUT_TOKENS, live.prompt_tokens));
     }
     if outputs.output_tokens {
         tensors.push(respond::count(respond::OUTPUT_TOKENS, live.unsent_tokens));

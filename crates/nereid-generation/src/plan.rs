@@ -26,6 +26,34 @@ pub struct Limits {
     pub context_length: usize,
 }
 
+impl Limits {
+    /// Whether a prompt of `prompt` tokens can ever be served: with room
+    /// to generate a token in the context, and in the whole cache.
+    pub fn admits(&self, prompt: usize) -> Result<(), Refusal> {
+        let positions = prompt + 1;
+        if positions > self.context_length {
+            return Err(Refusal::TooLong {
+                prompt,
+                context: self.context_length,
+            });
+        }
+        match positions.div_ceil(self.block_size) > self.total_blocks {
+            true => Err(self.no_memory(positions)),
+            false => Ok(()),
+        }
+    }
+
+    /// Why a sequence of `positions` positions that has the whole cache to
+    /// itself still does not fit.
+    pub fn no_memory(&self, positions: usize) -> Refusal {
+        Refusal::NoMemory {
+            positions,
+            needed: positions.div_ceil(self.block_size),
+            total: self.total_blocks,
+        }
+    }
+}
+
 /// Why a sequence cannot be served.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {

@@ -78,14 +78,7 @@ impl Scheduler {
     /// Queues a sequence whose prompt is `prompt`, or says why it can
     /// never be served.
     pub fn add(&mut self, prompt: Vec<u32>) -> Result<SeqId, Refusal> {
-        let positions = prompt.len() + 1;
-        if positions > self.limits.context_length {
-            return Err(Refusal::TooLong {
-                prompt: prompt.len(),
-                context: self.limits.context_length,
-            });
-        }
-        self.fits_alone(positions)?;
+        self.limits.admits(prompt.len())?;
         let id = SeqId(self.next_id);
         self.next_id += 1;
         let sequence = Sequence {
@@ -97,18 +90,6 @@ impl Scheduler {
         self.sequences.insert(id, sequence);
         self.waiting.push_back(id);
         Ok(id)
-    }
-
-    fn fits_alone(&self, positions: usize) -> Result<(), Refusal> {
-        let needed = self.ledger.blocks_for(positions);
-        match needed > self.ledger.total() {
-            true => Err(Refusal::NoMemory {
-                positions,
-                needed,
-                total: self.ledger.total(),
-            }),
-            false => Ok(()),
-        }
     }
 
     /// The sequence's tokens: its prompt, then what it generated.
@@ -322,15 +303,7 @@ impl Scheduler {
             if self.running.len() > 1 {
                 self.preempt(id, plan, budget);
             } else {
-                let refusal = self
-                    .fits_alone(positions)
-                    .err()
-                    .unwrap_or(Refusal::NoMemory {
-                        positions,
-                        needed: self.ledger.blocks_for(positions),
-                        total: self.ledger.total(),
-                    });
-                self.fail(id, refusal, plan);
+                self.fail(id, self.limits.no_memory(positions), plan);
             }
             return false;
         }
